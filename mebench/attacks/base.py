@@ -85,6 +85,9 @@ class Attack(ABC):
     state_dependent_queries: ClassVar[bool] = False
     #: The attack trains its own substitute, so Track B can be reported.
     has_track_b: ClassVar[bool] = False
+    #: Data modes for which this attack is a *null control*: a method-free baseline that
+    #: every attack of that data mode is reported against (gain over control, paired by seed).
+    null_control_for: ClassVar[frozenset[str]] = frozenset()
     Params: ClassVar[type] = NoParams
 
     def __init__(self, ctx: AttackContext) -> None:
@@ -112,6 +115,7 @@ class Attack(ABC):
             "output_mode_restriction": cls.output_mode_reason or None,
             "state_dependent_queries": cls.state_dependent_queries,
             "has_track_b": cls.has_track_b,
+            "null_control_for": sorted(cls.null_control_for),
         }
 
     # -- the loop ---------------------------------------------------------------------

@@ -28,6 +28,7 @@ class RandomAttack(Attack):
     name = "random"
     paper = "baseline (contract §6)"
     data_modes = frozenset({"seed", "surrogate"})
+    null_control_for = frozenset({"seed", "surrogate"})
 
     @dataclass(frozen=True)
     class Params:
