@@ -14,7 +14,7 @@ from mebench.models.registry import build_model
 
 
 @pytest.mark.parametrize("name, shape, classes", [("MNIST", (1, 28, 28), 10), ("CIFAR10", (3, 32, 32), 10),
-                                                  ("SewerML", (3, 224, 224), 2)])
+                                                  ("SewerML", (3, 224, 224), 2), ("FashionMNIST", (1, 28, 28), 10)])
 def test_victim_profiles(name, shape, classes):
     # contract 2.1: the three victim dataset profiles
     p = get_profile(name)
@@ -27,12 +27,13 @@ def test_surrogates_match_their_victim_shape():
     # contract 3.2: surrogates naturally match the victim profile
     assert get_profile("MNIST").surrogates == ("FashionMNIST", "EMNIST", "KMNIST")
     assert get_profile("CIFAR10").surrogates == ("SVHN", "GTSRB")
-    for v in ("MNIST", "CIFAR10"):
+    assert get_profile("FashionMNIST").surrogates[0] == "MNIST"
+    for v in ("MNIST", "CIFAR10", "FashionMNIST"):
         for s in get_profile(v).surrogates:
             assert get_profile(s).input_shape == get_profile(v).input_shape
 
 
-@pytest.mark.parametrize("arch", ["lenet5", "resnet18", "mobilenet_v2", "vgg11", "vgg16", "simple_cnn"])
+@pytest.mark.parametrize("arch", ["lenet5", "resnet18", "mobilenet_v2", "vgg11", "vgg16", "simple_cnn", "resnet8"])
 @pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
 def test_substitutes_build_for_each_profile_shape(arch, shape):
     # contract 5: channels and class count come from the profile; input is [0, 1] pixels

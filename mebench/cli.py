@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", type=Path, help="checkpoint path (default victims/<recipe name>.pt)")
     t.add_argument("--data-root", help="dataset folder (default: $MEBENCH_DATA_ROOT)")
     t.add_argument("--device", help="override the recipe's device")
+    t.add_argument("--threads", type=int, help="torch CPU threads (the victim's weights depend on it; "
+                   "recorded in PATH.json under machine.torch_threads)")
     t.add_argument("--no-progress", action="store_true")
     rep = sub.add_parser("report", help="curves, leaderboard and comparisons from runs or a JSON report")
     rep.add_argument("path", type=Path)
@@ -57,18 +59,24 @@ def _sigterm_to_interrupt(signum, frame):  # pragma: no cover - signal path
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _set_threads(threads: "int | None") -> None:
+    """Pin torch's CPU threads (``--threads``); CPU results are bit-identical only for the same count."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ConfigError("--threads", threads, "must be >= 1")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from mebench import engine
     from mebench.config import load_config
 
     cfg = load_config(args.config, overrides={"seeds": args.seeds, "budgets": args.budgets, "device": args.device,
                                               "data_root": args.data_root, "output_dir": args.out})
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ConfigError("--threads", args.threads, "must be >= 1")
-        import torch
-
-        torch.set_num_threads(args.threads)
+    _set_threads(args.threads)
     result = engine.run(cfg, progress=not args.no_progress)
     print(f"results: {result.directory}")
     for r in result.aggregate:
@@ -84,6 +92,7 @@ def cmd_victim_train(args: argparse.Namespace) -> int:
     from mebench.victims.recipes import load_recipe, train_victim
 
     recipe = load_recipe(args.recipe)
+    _set_threads(args.threads)
     if args.device:
         recipe = dataclasses.replace(recipe, device=args.device)
     out = args.out or Path("victims") / f"{recipe.name}.pt"

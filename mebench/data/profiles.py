@@ -62,6 +62,8 @@ def get_profile(name: str) -> DatasetProfile:
 
 
 _MNIST_NORM = ((0.1307,), (0.3081,))
+#: Mean and std of the FashionMNIST train split's pixels in [0, 1].
+_FASHIONMNIST_NORM = ((0.2860,), (0.3530,))
 _CIFAR_NORM = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 _IMAGENET_NORM = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
@@ -78,9 +80,13 @@ SEWERML = register_profile(DatasetProfile(
     surrogates=(), victim_dataset=True, track_a_batch_size=128,
     notes="Read from a local folder (see mebench.data.datasets); sizes come from the files.",
 ))
-# Surrogate-only datasets: the shape must match the victim they serve (§3.2).
+# FashionMNIST is a victim dataset (with its own normalization) and MNIST's surrogate; MNIST is
+# its surrogate in turn (the same 28x28x1 shape, §3.2).
 FASHIONMNIST = register_profile(DatasetProfile(
-    "FashionMNIST", 1, (28, 28), 10, *_MNIST_NORM, train_size=60000, test_size=10000))
+    "FashionMNIST", 1, (28, 28), 10, *_FASHIONMNIST_NORM, train_size=60000, test_size=10000,
+    surrogates=("MNIST", "KMNIST", "EMNIST"), victim_dataset=True,
+))
+# Surrogate-only datasets: the shape must match the victim they serve (§3.2).
 EMNIST = register_profile(DatasetProfile(
     "EMNIST", 1, (28, 28), 47, *_MNIST_NORM, train_size=112800, test_size=18800,
     notes="split 'balanced'; images are transposed on load to MNIST orientation"))

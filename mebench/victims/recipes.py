@@ -25,6 +25,7 @@ from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.profiles import get_profile
 from mebench.errors import ConfigError
 from mebench.models.registry import MODELS, Normalized
+from mebench.runinfo import machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
 from mebench.victims.load import save_victim, sha256_file
 
@@ -104,7 +105,7 @@ def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = Non
     sha = save_victim(out, net, recipe.arch, prof.num_classes, prof.channels, prof.input_size)
     meta = {"victim_id": recipe.name, "arch": recipe.arch, "dataset": prof.name, "test_accuracy": acc,
             "checkpoint": str(out), "sha256": sha, "recipe": asdict(recipe), "train_steps": steps,
-            "train_seconds": time.perf_counter() - t0}
+            "train_seconds": time.perf_counter() - t0, "machine": machine_info(str(device))}
     atomic_write_json(out.with_suffix(".json"), meta)
     return meta
 
