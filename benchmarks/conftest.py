@@ -1,7 +1,7 @@
 """Fixtures of the benchmark grid, one per contract object, and the grid expansion.
 
 ``pytest benchmarks/`` runs one test per cell of the benchmark config
-(``--mebench-config``, default ``configs/benchmarks/mnist.yaml``). The fixtures
+(``--mebench-config``, default every ``configs/benchmarks/*.yaml``). The fixtures
 hand the engine the objects it would otherwise build itself
 (``engine.run_seed(..., oracle=, store=, trainer=)``):
 

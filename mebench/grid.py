@@ -1,11 +1,13 @@
 """Benchmark configs -> grid of cells (one test per cell).
 
-A *benchmark config* (``configs/benchmarks/*.yaml``) declares one victim, one
+A *benchmark config* (``configs/benchmarks/*.yaml``) declares one victim dataset,
+one or more victims (``victims``: e.g. one per architecture, so that cells where
+the substitute's architecture differs from the victim's are in the grid), one
 substitute, budgets, seeds, dataset settings per data mode and the attacks
 (optionally several labelled variants of one attack, e.g. ActiveThief
 strategies). :func:`load_grid` expands it into :class:`Cell` objects, one per
-attack variant × data mode × output mode × seed, each holding a validated
-``RunConfig`` (contract §15.2) for a single seed.
+victim × attack variant × data mode × output mode × seed, each holding a
+validated ``RunConfig`` (contract §15.2) for a single seed.
 
 What is *not* generated, and why, is data, never a special case: a data mode
 outside the attack's ``data_modes`` (contract §6.1), an output mode outside its
@@ -84,6 +86,14 @@ class BenchmarkSpec:
     run: dict = field(default_factory=dict)
     cache: dict = field(default_factory=dict)
     register: tuple[str, ...] = ()
+    victims: tuple[dict, ...] = ()
+
+    def victim_entries(self) -> list[tuple[Optional[str], dict]]:
+        """``(key, victim section)`` per victim of the grid; key ``None`` for a single-victim grid."""
+        if not self.victims:
+            return [(None, dict(self.victim))]
+        return [(str(v["key"]), {**self.victim, **{k: x for k, x in v.items() if k != "key"}})
+                for v in self.victims]
 
 
 @dataclass(frozen=True)
@@ -122,9 +132,43 @@ class Grid:
     notes: list[str]
     default_device: str
 
+    @property
+    def title(self) -> str:
+        return f"mebench grid '{self.spec.name}' from {self.path}: {len(self.cells)} cells"
+
+
+@dataclass
+class GridSet:
+    """Several benchmark configs run as one grid (e.g. one per victim dataset)."""
+
+    grids: list[Grid]
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [c for g in self.grids for c in g.cells]
+
+    @property
+    def default_device(self) -> str:
+        return self.grids[0].default_device
+
+    def describe(self) -> list[str]:
+        """A header line per config followed by its notes (printed after collection)."""
+        return [line for g in self.grids for line in [g.title, *(f"  {n}" for n in g.notes)]]
+
 
 class GridError(Exception):
     """A benchmark config cannot be expanded into a grid."""
+
+
+def load_grids(paths: Sequence[Path], rootdir: Path, seeds: Optional[Sequence[int]] = None,
+               budgets: Optional[Sequence[int]] = None) -> GridSet:
+    """:func:`load_grid` for every config; cell ids must be distinct across them."""
+    grids = GridSet([load_grid(p, rootdir, seeds, budgets) for p in paths])
+    ids = [c.id for c in grids.cells]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise GridError(f"duplicate cell ids across {[str(p) for p in paths]}: {dup}: give each config its own name")
+    return grids
 
 
 def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
@@ -169,6 +213,14 @@ def _check_spec(spec: BenchmarkSpec) -> None:
             raise ConfigError("output_modes", list(spec.output_modes), f"output modes are {', '.join(OUTPUT_MODES)} (§1.2)")
     if not spec.attacks:
         raise ConfigError("attacks", [], "list at least one attack")
+    keys = []
+    for i, v in enumerate(spec.victims):
+        if not isinstance(v, dict) or not isinstance(v.get("key"), str) or not _LABEL_RE.match(v["key"]):
+            raise ConfigError(f"victims[{i}].key", v.get("key") if isinstance(v, dict) else v,
+                              "each victim needs a key of letters, digits and '_' (it names the victim in cell ids)")
+        keys.append(v["key"])
+    if len(set(keys)) != len(keys):
+        raise ConfigError("victims", keys, "victim keys must be distinct")
 
 
 def _call_registration(entry: str) -> None:
@@ -217,12 +269,14 @@ def _add_attack_cells(grid: Grid, attack: AttackSpec, rootdir: Path, seeds: tupl
         if not _LABEL_RE.match(label):
             raise ConfigError("attacks.variants.label", label, "use letters, digits and '_' only (no '-')")
         params = {**attack.params, **variant.params}
-        for data_mode in modes:
-            for output_mode in outs:
-                for seed in seeds:
-                    cell = _make_cell(grid, attack.name, label, params, data_mode, output_mode, seed, budgets, rootdir)
-                    if cell is not None:
-                        grid.cells.append(cell)
+        for vkey, victim in grid.spec.victim_entries():
+            for data_mode in modes:
+                for output_mode in outs:
+                    for seed in seeds:
+                        cell = _make_cell(grid, attack.name, label, params, data_mode, output_mode, seed, budgets,
+                                          rootdir, vkey, victim)
+                        if cell is not None:
+                            grid.cells.append(cell)
 
 
 def _data_modes(grid: Grid, attack: AttackSpec, cls: Any) -> list[str]:
@@ -240,14 +294,22 @@ def _data_modes(grid: Grid, attack: AttackSpec, cls: Any) -> list[str]:
 
 
 def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str, output_mode: str,
-               seed: int, budgets: tuple[int, ...], rootdir: Path) -> Optional[Cell]:
+               seed: int, budgets: tuple[int, ...], rootdir: Path, vkey: Optional[str],
+               victim: dict) -> Optional[Cell]:
     from mebench.config import parse_config, validate
 
-    cell_id = f"{grid.spec.name}-{label}-{data_mode}-{output_mode}-s{seed}"
-    raw = _run_config_dict(grid.spec, cell_id, attack, label, params, data_mode, output_mode, seed, budgets)
+    prefix = grid.spec.name if vkey is None else f"{grid.spec.name}-{vkey}"
+    cell_id = f"{prefix}-{label}-{data_mode}-{output_mode}-s{seed}"
+    raw = _run_config_dict(grid.spec, victim, cell_id, attack, label, params, data_mode, output_mode, seed, budgets)
     ref = raw["victim"].get("checkpoint_ref")
     if isinstance(ref, str) and ref and not Path(ref).is_absolute():
-        raw["victim"]["checkpoint_ref"] = str(rootdir / ref)  # benchmark paths are relative to the rootdir
+        raw["victim"]["checkpoint_ref"] = ref = str(rootdir / ref)  # benchmark paths are relative to the rootdir
+    if isinstance(ref, str) and ref and not Path(ref).is_file():
+        note = (f"left out victim {raw['victim'].get('victim_id')}: checkpoint {ref} not found "
+                f"(train it with `mebench victim train configs/victims/<recipe>.yaml`)")
+        if note not in grid.notes:
+            grid.notes.append(note)
+        return None
     cfg = parse_config(raw)
     kept = _feasible_budgets(cfg, budgets)
     dropped = tuple(b for b in budgets if b not in kept)
@@ -265,11 +327,11 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
     return Cell(cell_id, attack, label, data_mode, output_mode, seed, cfg, marker, dropped)
 
 
-def _run_config_dict(spec: BenchmarkSpec, cell_id: str, attack: str, label: str, params: dict, data_mode: str,
-                     output_mode: str, seed: int, budgets: tuple[int, ...]) -> dict[str, Any]:
+def _run_config_dict(spec: BenchmarkSpec, victim: dict, cell_id: str, attack: str, label: str, params: dict,
+                     data_mode: str, output_mode: str, seed: int, budgets: tuple[int, ...]) -> dict[str, Any]:
     """A run config (§15.1) for one cell: the shared sections plus the cell's choices."""
     return {"run": {**spec.run, "name": cell_id, "seeds": [seed]},
-            "victim": dict(spec.victim, output_mode=output_mode),
+            "victim": dict(victim, output_mode=output_mode),
             "dataset": {**spec.dataset, **(spec.data_modes[data_mode] or {}), "data_mode": data_mode},
             "substitute": spec.substitute,
             "attack": {"name": attack, "output_mode": output_mode, "params": params,

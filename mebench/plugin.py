@@ -37,7 +37,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """One option group; ``type=`` parsers reject bad values before anything runs."""
     g = parser.getgroup("mebench", "mebench benchmark grid (pytest benchmarks/)")
     g.addoption("--mebench-config", metavar="PATH", default=None,
-                help="benchmark config (default: configs/benchmarks/mnist.yaml under the rootdir)")
+                help="benchmark config(s), comma-separated (default: every configs/benchmarks/*.yaml "
+                     "under the rootdir)")
     g.addoption("--budgets", dest="mebench_budgets", metavar="B1,B2", type=budget_list, default=None,
                 help="replace the grid's budget checkpoints, e.g. 1000 or 1000,10000")
     g.addoption("--seeds", dest="mebench_seeds", metavar="S1,S2", type=int_list, default=None,

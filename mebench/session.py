@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from mebench.cells import CELL_ID_KEY, RECORD_KEY, read_json
-from mebench.grid import Cell, Grid, GridError, load_grid
+from mebench.grid import Cell, GridError, GridSet, load_grids
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -99,7 +99,7 @@ def device_for_worker(worker_id: str, gpus: Optional[Sequence[int]], cuda_count:
 class BenchOptions:
     """The harness's command-line options, parsed."""
 
-    config_path: Path
+    config_paths: tuple[Path, ...]
     json_path: Optional[Path]
     cells_dir: Path
     report_dir: Optional[Path]
@@ -120,11 +120,19 @@ class BenchOptions:
             return here / Path(value).expanduser()
 
         gpus = opt.mebench_gpus
-        return cls(config_path=path(opt.mebench_config, "configs/benchmarks/mnist.yaml"),
+        if opt.mebench_config:
+            configs = tuple(here / Path(c.strip()).expanduser() for c in opt.mebench_config.split(",") if c.strip())
+        else:
+            configs = tuple(sorted((root / DEFAULT_CONFIG_DIR).glob("*.yaml"))) or (root / DEFAULT_CONFIG_DIR / "mnist.yaml",)
+        return cls(config_paths=configs,
                    json_path=path(opt.mebench_json, None), cells_dir=path(opt.mebench_cells, "runs/pytest/cells"),
                    report_dir=path(opt.mebench_report, None), gpus=None if gpus is None else tuple(gpus),
                    budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=bool(opt.mebench_resume),
                    threads=opt.mebench_threads)
+
+
+#: The default grid: every benchmark config in this folder under the rootdir (one per victim dataset).
+DEFAULT_CONFIG_DIR = "configs/benchmarks"
 
 
 # --------------------------------------------------------------------------- session
@@ -137,7 +145,7 @@ class BenchSession:
         self.worker_id: str = getattr(config, "workerinput", {}).get("workerid", "master")
         self.is_worker = hasattr(config, "workerinput")
         self.started = time.time()
-        self._grid: Optional[Grid] = None
+        self._grid: Optional[GridSet] = None
         self._grid_error: Optional[GridError] = None
         self._prepared: dict[tuple[str, str], "Prepared"] = {}
         self.records: dict[str, dict[str, Any]] = {}
@@ -163,12 +171,12 @@ class BenchSession:
 
     # -- grid ---------------------------------------------------------------------------
     @property
-    def grid(self) -> Grid:
+    def grid(self) -> GridSet:
         """The benchmark grid, loaded on first use (so runs without benchmark tests never read it)."""
         if self._grid is None and self._grid_error is None:
             try:
-                self._grid = load_grid(self.options.config_path, Path(self.config.rootpath),
-                                       self.options.seeds, self.options.budgets)
+                self._grid = load_grids(self.options.config_paths, Path(self.config.rootpath),
+                                        self.options.seeds, self.options.budgets)
             except GridError as e:
                 self._grid_error = e
         if self._grid_error is not None:
@@ -303,8 +311,8 @@ class BenchSession:
         return {
             "mebench_report_version": 1,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "benchmark_config": str(self.options.config_path),
-            "benchmark": _read_yaml(self.options.config_path),
+            "benchmark_configs": [str(p) for p in self.options.config_paths],
+            "benchmarks": [_read_yaml(p) for p in self.options.config_paths],
             "options": {"budgets": self.options.budgets, "seeds": self.options.seeds, "gpus": self.options.gpus,
                         "resume": self.options.resume, "threads": self.options.threads,
                         "workers": _worker_count(self.config),
@@ -334,8 +342,7 @@ class BenchSession:
         """After collection (without xdist): where the grid came from and what it left out."""
         if self._grid is None:
             return []
-        g = self._grid
-        return [f"mebench grid '{g.spec.name}' from {g.path}: {len(g.cells)} cells"] + [f"  {n}" for n in g.notes]
+        return self._grid.describe()
 
 
 def results_table(aggregate: Sequence[dict[str, Any]]) -> list[str]:
