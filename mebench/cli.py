@@ -1,4 +1,4 @@
-"""The ``mebench`` command: ``run``, ``victim train`` and ``report``.
+"""The ``mebench`` command: ``run``, ``victim train``, ``report`` and ``list``.
 
 Config mistakes exit with status 2 and one line ``mebench: config error: ...``
 before any data is read or any run folder is created; other failures exit 1
@@ -27,7 +27,10 @@ def _int_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mebench import __version__
+
     p = argparse.ArgumentParser(prog="mebench", description="Model extraction benchmark (contract v1.0)")
+    p.add_argument("--version", action="version", version=f"mebench {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a config: collect queries, score Track A/B at every checkpoint")
     r.add_argument("config", type=Path)
@@ -52,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="curves, leaderboard and comparisons from runs or a JSON report")
     rep.add_argument("path", type=Path)
     rep.add_argument("--out", type=Path)
+    ls = sub.add_parser("list", help="registered attacks (paper, data and output modes), datasets, models; victims")
+    ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
 
 
@@ -111,6 +116,41 @@ def cmd_report(args: argparse.Namespace) -> int:
     return int(report_main(argv) or 0)
 
 
+LIST_KINDS = ("attacks", "datasets", "models", "victims")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Print the registered plugins (attacks with their paper and modes, datasets, models) or the victims."""
+    from mebench.attacks import ATTACKS
+    from mebench.data.profiles import PROFILES
+    from mebench.models import MODELS
+
+    kinds = [args.kind] if args.kind else list(LIST_KINDS)
+    for kind in kinds:
+        print(f"{kind}:")
+        if kind == "attacks":
+            for name in ATTACKS.names():
+                d = ATTACKS.get(name).describe()
+                control = f"; null control of {', '.join(d['null_control_for'])}" if d["null_control_for"] else ""
+                print(f"  {name:<20} {d['paper']} [data: {', '.join(d['data_modes'])}; "
+                      f"output: {', '.join(d['output_modes'])}{control}]")
+        elif kind == "datasets":
+            for name in PROFILES.names():
+                p = PROFILES.get(name)
+                role = f"victim dataset, surrogates: {', '.join(p.surrogates) or '-'}" if p.victim_dataset else "pool only"
+                print(f"  {name:<20} {p.channels}x{p.input_size[0]}x{p.input_size[1]}, {p.num_classes} classes ({role})")
+        elif kind == "models":
+            print("  " + ", ".join(MODELS.names()))
+        else:
+            recipes = sorted(Path("configs/victims").glob("*.yaml"))
+            for r in recipes:
+                pt = Path("victims") / f"{r.stem}.pt"
+                print(f"  {r.stem:<24} {r}  ({'trained: ' + str(pt) if pt.is_file() else 'not trained'})")
+            if not recipes:
+                print("  (no recipes under configs/victims/ in this folder)")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
@@ -119,6 +159,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_run(args)
         if args.command == "victim":
             return cmd_victim_train(args)
+        if args.command == "list":
+            return cmd_list(args)
         return cmd_report(args)
     except ConfigError as e:
         print(f"mebench: config error: {e}", file=sys.stderr)

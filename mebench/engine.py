@@ -126,7 +126,7 @@ class CheckpointScorer:
         steps = self.trainer.steps(budget)
         self.track_a_steps[budget] = steps
         with tqdm(total=steps, desc=f"seed {self.seed} Track A B={budget}", unit="step",
-                  disable=not self.progress, leave=False) as bar:
+                  disable=not self.progress or None, leave=False) as bar:
             model = self.trainer.train(x, y, on_step=lambda _: bar.update())
         metrics = self.prep.evaluator.evaluate(model)
         self.final_model = model
@@ -246,7 +246,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         attack = make_attack(cfg, prep, seed, pool)
         timings["prepare_seed"] = time.perf_counter() - t0
         with tqdm(total=cfg.budget.max_budget, desc=f"seed {seed} queries", unit="img",
-                  disable=not progress, leave=False) as bar:
+                  disable=not progress or None, leave=False) as bar:
             timings["collect"] = collect(attack, oracle, state, on_checkpoint, bar)
         summary["status"] = "complete"
     except BaseException as e:

@@ -96,7 +96,7 @@ def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = Non
     steps = math.ceil(recipe.epochs * x.shape[0] / recipe.batch_size)
     from tqdm.auto import tqdm
 
-    with tqdm(total=steps, desc=f"victim {recipe.name}", unit="step", disable=not progress) as bar:
+    with tqdm(total=steps, desc=f"victim {recipe.name}", unit="step", disable=not progress or None) as bar:
         train_steps(model, xf, y.to(device), loss_fn=F.cross_entropy, steps=steps, batch_size=recipe.batch_size,
                     optimizer=recipe.optimizer, generator=torch.Generator().manual_seed(recipe.seed),
                     transform=crop_flip if recipe.augment == "crop_flip" else None,

@@ -1,0 +1,40 @@
+"""The ``mebench`` command's discovery verbs: ``--version`` and ``list`` (contract §6.1: capabilities recorded)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mebench import __version__
+from mebench.attacks import ATTACKS
+from mebench.cli import main
+from mebench.data.profiles import PROFILES
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"mebench {__version__}"
+
+
+def test_list_attacks_names_every_attack_with_paper_and_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    # contract 6.1: each attack's allowed data and output modes are shown with its paper
+    assert main(["list", "attacks"]) == 0
+    out = capsys.readouterr().out
+    for name in ATTACKS.names():
+        cls = ATTACKS.get(name)
+        line = next(line for line in out.splitlines() if line.split() and line.split()[0] == name)
+        assert cls.paper in line and all(m in line for m in cls.data_modes)
+
+
+def test_list_datasets_marks_victim_datasets(capsys: pytest.CaptureFixture[str]) -> None:
+    # contract 2.1: the victim dataset profiles
+    assert main(["list", "datasets"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    for name in PROFILES.names():
+        assert ("victim dataset" in lines[name]) == PROFILES.get(name).victim_dataset
+
+
+def test_list_rejects_unknown_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["list", "gadgets"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
