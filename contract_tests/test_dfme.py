@@ -8,7 +8,10 @@ victim network counts every image that reaches the victim's forward pass.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -19,12 +22,12 @@ from torch import nn
 
 from mebench.attacks import ATTACKS, AttackContext
 from mebench.attacks import dfme
-from mebench.config import load_config, validate
+from mebench.config import attack_params, load_config, validate
 from mebench.data.cache import QueryStore
 from mebench.data.profiles import get_profile
 from mebench.engine import collect
 from mebench.errors import ConfigError, DivergenceError
-from mebench.models.generators import make_generator, to_pixels
+from mebench.models.generators import PIXEL_MAPS, make_generator, to_pixels
 from mebench.models.registry import build_model
 from mebench.oracle import Oracle
 from mebench.state import EngineState
@@ -60,17 +63,20 @@ class Spy(nn.Module):
         return self.net(x)
 
 
-def substitute() -> nn.Module:
-    return build_model("tiny_mlp", 1, SYNTH_CLASSES, (8, 8), (0.5,), (0.25,))
+def substitute(dataset: str = "SYNTH") -> nn.Module:
+    p = get_profile(dataset)
+    return build_model("tiny_mlp", p.channels, p.num_classes, p.input_size, p.mean, p.std)
 
 
-def make_attack(budget: int, checkpoints: tuple[int, ...], seed: int = 0, **kw) -> dfme.DFME:
-    params = dfme.Params(**{**TINY, **kw})
+def make_attack(budget: int, checkpoints: tuple[int, ...], seed: int = 0, dataset: str = "SYNTH",
+                params: dfme.Params | None = None, **kw) -> dfme.DFME:
+    params = params or dfme.Params(**{**TINY, **kw})
     dfme.DFME.check_params(params, budget, checkpoints)
-    ctx = AttackContext(profile=get_profile("SYNTH"), output_mode="soft_prob", num_classes=SYNTH_CLASSES,
-                        input_shape=SYNTH_SHAPE, device=torch.device("cpu"), seed=seed,
+    p = get_profile(dataset)
+    ctx = AttackContext(profile=p, output_mode="soft_prob", num_classes=p.num_classes,
+                        input_shape=p.input_shape, device=torch.device("cpu"), seed=seed,
                         generator=torch.Generator().manual_seed(seed), pool=None, params=params,
-                        checkpoints=checkpoints, max_budget=budget, make_substitute=substitute)
+                        checkpoints=checkpoints, max_budget=budget, make_substitute=lambda: substitute(dataset))
     return ATTACKS.get("dfme")(ctx)
 
 
@@ -99,7 +105,8 @@ def test_counting_includes_probes():
     full = next(b for b in gen if len(b) == G_COST)
     probes = full.x.view(4, 3, *SYNTH_SHAPE)
     step = float((probes[:, 1:] - probes[:, :1]).abs().amax())
-    assert 0 < step <= attack.hp.grad_epsilon / 2  # copies: base + eps * unit direction, through (tanh+1)/2
+    std = get_profile("SYNTH").std[0]
+    assert 0 < step <= attack.hp.grad_epsilon * std  # copies: base + eps * unit direction, through mean + std*tanh
 
 
 # contract 1.1 / 14.2: the run stops exactly at the budget, whatever the phase costs (12 and 4).
@@ -178,28 +185,76 @@ def test_hard_top1_config_rejected(make_cfg):
         validate(make_cfg(attack={"name": "dfme", "params": dict(TINY)}))  # surrogate mode
     with pytest.raises(ConfigError, match="grad_m"):
         validate(make_cfg(**{**base, "attack": {"name": "dfme", "params": {"grad_m": 0}}}))
+    with pytest.raises(ConfigError, match="normalized_tanh, unit_tanh") as err:
+        validate(make_cfg(**{**base, "attack": {"name": "dfme", "params": {"pixel_map": "sigmoid"}}}))
+    assert err.value.key == "attack.params.pixel_map"
     meta = dfme.DFME.describe()
     assert meta["output_modes"] == ["soft_prob"] and "logits" in meta["output_mode_restriction"]
     assert meta["state_dependent_queries"] and meta["has_track_b"] and meta["data_modes"] == ["data_free"]
 
 
-# contract 15.2: the shipped MNIST configs: soft_prob validates, hard_top1 fails with one clear line.
+# contract 15.2: the shipped MNIST configs: the paper preset runs the reference values (no overrides),
+# the unit-pixel variant differs from it only by its pixel map, hard_top1 fails with one clear line.
 def test_shipped_mnist_configs():
     cfg = load_config(CONFIGS / "mnist_lenet5_dfme.yaml", check_files=False)
-    assert cfg.attack.name == "dfme" and list(cfg.budget.checkpoints) == [10_000, 100_000]
+    assert cfg.attack.name == "dfme" and list(cfg.budget.checkpoints) == [1_000, 10_000, 100_000]
+    assert attack_params(cfg) == dfme.Params()
+    variant = load_config(CONFIGS / "variants" / "mnist_lenet5_dfme_unit_pixels.yaml", check_files=False)
+    assert variant.attack_label() == "dfme-unitpix" and variant.attack_label() != cfg.attack_label()
+    assert attack_params(variant) == dataclasses.replace(dfme.Params(), pixel_map="unit_tanh")
     with pytest.raises(ConfigError) as err:
         load_config(CONFIGS / "mnist_lenet5_dfme_hard.yaml", check_files=False)
     assert err.value.key == "attack.output_mode" and "\n" not in str(err.value)
 
 
-# contract 2.1: one generator per input profile, output in the profile's shape, pixels in [0, 1].
-@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32), (3, 224, 224)])
-def test_generator_output_shapes(shape):
-    gen = make_generator(8, shape, ngf=4)
+REFERENCE_LINE = re.compile(r"^- (\w+) = (.+?)  \(((?:[\w./-]+:\d+(?:, )?)+)\)$", re.MULTILINE)
+
+
+# contract 6 (DFME as published): every value the module cites from the reference code is the
+# default the attack really runs with, on MNIST and on CIFAR-10, and every parameter is cited.
+@pytest.mark.parametrize("dataset", ["MNIST", "CIFAR10"])
+def test_defaults_are_the_cited_reference_values(dataset):
+    cited = {name: (ast.literal_eval(value), refs) for name, value, refs in REFERENCE_LINE.findall(dfme.__doc__)}
+    assert set(cited) == {f.name for f in dataclasses.fields(dfme.Params)}
+    hp = make_attack(10**6, (10**6,), dataset=dataset, params=dfme.Params()).hp
+    for name, (value, refs) in cited.items():
+        got = getattr(hp, name)
+        assert got == value and type(got) is type(value), f"{name}: default {got!r}, reference {value!r} ({refs})"
+
+
+# contract 2.2 + DFME reference: the default pixel map is the reference's tanh in the victim's normalized
+# space, i.e. pixels mean + std * tanh(a), clamped into [0, 1]: MNIST pixels lie in [0, mean + std].
+def test_default_pixel_map_is_normalized_tanh():
+    mnist = get_profile("MNIST")
+    mean, std = mnist.mean[0], mnist.std[0]
+    assert dfme.Params().pixel_map == "normalized_tanh" == PIXEL_MAPS[0]
+    a = torch.linspace(-8, 8, 2001).view(1, 1, 1, -1)
+    x = to_pixels(a, "normalized_tanh", mnist.mean, mnist.std)
+    assert float(x.min()) == 0.0 and abs(float(x.max()) - (mean + std)) < 1e-6
+    kept = x > 0  # where the [0, 1] rule does not clamp, the victim sees exactly the reference's tanh(a)
+    assert torch.allclose(((x - mean) / std)[kept], torch.tanh(a)[kept], atol=1e-6)
+    assert torch.equal(~kept, mean + std * torch.tanh(a) <= 0)  # only what falls below 0 is clamped (black)
+    unit = to_pixels(a, "unit_tanh", mnist.mean, mnist.std)
+    assert float(unit.min()) < 1e-6 and float(unit.max()) > 1 - 1e-6
+    attack = make_attack(10**6, (10**6,), dataset="MNIST", params=dfme.Params(generator_width=8))
+    state = EngineState(10**6, (10**6,), None, torch.device("cpu"))  # type: ignore[arg-type]
+    batch = attack.propose(6, state)  # 3 samples with their probes
+    assert float(batch.x.min()) >= 0 and float(batch.x.max()) <= mean + std + 1e-6
+    assert float(batch.x.max()) > mean  # generated images are not all black
+
+
+# contract 2.1: one generator per input profile, output in the profile's shape, pixels in [0, 1] for every map.
+@pytest.mark.parametrize("pixel_map", PIXEL_MAPS)
+@pytest.mark.parametrize("dataset", ["MNIST", "CIFAR10", "SewerML"])
+def test_generator_output_shapes(dataset, pixel_map):
+    p = get_profile(dataset)
+    gen = make_generator(8, p.input_shape, ngf=4)
     with torch.no_grad():
-        x = to_pixels(gen(torch.randn(2, 8)))
-    assert x.shape == (2, *shape)
+        x = to_pixels(gen(torch.randn(2, 8)), pixel_map, p.mean, p.std)
+    assert x.shape == (2, *p.input_shape)
     assert float(x.min()) >= 0 and float(x.max()) <= 1
+    with pytest.raises(ValueError, match="unit_tanh"):
+        to_pixels(x, "sigmoid", p.mean, p.std)
 
 
 # DFME math: logits recovered from probabilities, and the forward-difference gradient estimate.
@@ -215,6 +270,26 @@ def test_logit_recovery_and_gradient_estimate():
     est = dfme.forward_difference_gradient(f, u, eps)
     assert torch.nn.functional.cosine_similarity(est, w).item() > 0.95
     assert 0.8 < (est.norm() / w.norm()).item() < 1.2  # the d scaling makes it unbiased
+
+
+# DFME reference: G's backward signal is the reference's estimate for the loss -l1 (mean over classes):
+# d/eps (f(a + eps u) - f(a)) u, mean over the m directions, divided by classes x batch
+# (dfme/approximate_gradients.py:90-104), with the victim's logits recovered by the mean correction.
+def test_generator_gradient_matches_reference_estimate():
+    attack = make_attack(10_000, (10_000,))
+    state = EngineState(10_000, (10_000,), None, torch.device("cpu"))  # type: ignore[arg-type]
+    batch = attack.propose(G_COST, state)
+    n, m, eps, k = 4, 2, attack.hp.grad_epsilon, SYNTH_CLASSES
+    u, seen = attack.pending.u.clone(), []
+    attack.pending.pre.register_hook(seen.append)
+    probs = FrozenVictim(substitute(), "cpu").probs(batch.x)
+    with torch.no_grad():
+        logp = probs.log()
+        loss = -(attack.student.eval()(batch.x) - (logp - logp.mean(1, keepdim=True))).abs().mean(1).view(n, m + 1)
+    expected = ((loss[:, 1:] - loss[:, :1]) / eps).view(n, m, 1, 1, 1).mul(u).mul(u[0, 0].numel()).mean(1) / (k * n)
+    attack.observe(batch, OracleOutput("soft_prob", probs), state)
+    assert len(seen) == 1 and torch.allclose(seen[0], expected, rtol=1e-4, atol=1e-9)
+    assert float(expected.abs().max()) > 0
 
 
 # contract (errors): a diverging run raises DivergenceError, never a silent NaN metric.

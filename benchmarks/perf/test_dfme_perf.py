@@ -17,7 +17,7 @@ import torch
 
 import mebench.models.lenet  # noqa: F401  (registers lenet5)
 from mebench.attacks import ATTACKS, AttackContext
-from mebench.attacks.dfme import Params, resolve_params
+from mebench.attacks.dfme import Params
 from mebench.data.profiles import get_profile
 from mebench.models.registry import build_model
 from mebench.state import EngineState
@@ -43,7 +43,7 @@ def test_dfme_iteration(benchmark, dataset: str, device: str) -> None:
                         checkpoints=(budget,), max_budget=budget, make_substitute=lambda: lenet(profile))
     attack = ATTACKS.get("dfme")(ctx)
     state = EngineState(budget, (budget,), None, dev)  # type: ignore[arg-type]
-    hp = resolve_params(Params(), dataset)
+    hp = Params()
     phases = hp.generator_steps + hp.student_steps
 
     def iteration() -> None:

@@ -1,67 +1,53 @@
 """DFME: data-free model extraction with a generator and zeroth-order gradients.
 
-Truong, Maini, Walls, Papernot. "Data-Free Model Extraction", CVPR 2021
-(arXiv:2011.14779); reference code github.com/cake-lab/datafree-model-extraction.
+Truong, Maini, Walls, Papernot, "Data-Free Model Extraction", CVPR 2021 (arXiv:2011.14779).
+A generator G maps Gaussian noise to images; the student S learns to match the victim's
+logits, recovered from its probabilities as ``log p - mean(log p)`` (l1 loss), while G
+ascends that disagreement along a forward-difference estimate of the victim's gradient.
+Every image sent to the oracle counts, the m perturbed probes included: one iteration
+costs ``batch_size * (generator_steps * (grad_m + 1) + student_steps)`` queries.
 
-A generator G turns Gaussian noise into images; the student S learns to match
-the victim V on them while G learns to make S and V disagree. The disagreement
-is the l1 distance between S's logits and V's logits *recovered from its
-probabilities*: ``log p - mean(log p)`` (the paper's logit correction; the
-true logits up to a per-image constant). V is a black box, so G's gradient is a
-forward-difference estimate: for each generated image ``a`` (pre-activation),
-m random unit directions ``u_j`` and smoothing epsilon,
-``grad ~ d/(m eps) * sum_j [f(a + eps u_j) - f(a)] u_j`` (d = C*H*W).
+Reference values: github.com/cake-lab/datafree-model-extraction at 525b76c (2022-01-14),
+``file:line`` in that tree. They are the ``Params`` defaults for every dataset (the
+reference sets only CIFAR-10 and SVHN; no MNIST):
 
-**Every image counts.** The m perturbed copies and the unperturbed image itself
-go to the oracle, so a generator phase of ``b`` samples costs ``b * (m + 1)``
-queries and a student phase costs ``b``. One iteration is ``n_G`` generator
-phases then ``n_S`` student phases (paper: 1 and 5). Each phase is one
-``propose``/``observe`` pair, which is how DFME becomes a state machine the
-engine can stop at any image count:
+- batch_size = 256  (dfme/train.py:182)
+- grad_m = 1  (dfme/train.py:220, run_cifar_dfme.sh:3)
+- grad_epsilon = 0.001  (dfme/train.py:221)
+- generator_steps = 1  (dfme/train.py:185)
+- student_steps = 5  (dfme/train.py:186)
+- nz = 256  (dfme/train.py:190, dfme/train.py:355)
+- generator_width = 64  (dfme/network/gan.py:14, dfme/train.py:355)
+- lr_student = 0.1  (dfme/train.py:188)
+- lr_generator = 0.0001  (dfme/train.py:189, run_cifar_dfme.sh:3)
+- momentum = 0.9  (dfme/train.py:382)
+- weight_decay = 0.0005  (dfme/train.py:202, dfme/train.py:382)
+- lr_gamma = 0.3  (dfme/train.py:197)
+- lr_milestones = (0.1, 0.3, 0.5)  (dfme/train.py:196)
+- pixel_map = 'normalized_tanh'  (dfme/train.py:321, dfme/approximate_gradients.py:44, dfme/dataloader.py:58)
 
-- ``next_batch_size`` is the cost of the next phase (at most the budget left);
-- ``propose(k)`` returns exactly ``k`` images. When the engine offers fewer
-  images than a phase needs (a checkpoint or the budget is near) the phase is
-  shortened: a generator phase uses ``k // (m+1)`` samples and gives the
-  ``k mod (m+1)`` left-over images to a student step; when ``k < m + 1`` it
-  becomes a student-only step and the generator phase stays due. Each call
-  therefore makes progress (k >= 1 images) and never overdraws.
+Fixed in the code, as in the reference:
 
-**Hyperparameters** (``Params``; ``None`` takes the dataset preset, ``PRESETS``).
-CIFAR-10, from the paper's experimental setup, checked against the reference
-code (train.py defaults, run_cifar_dfme.sh): batch 256, m = 1,
-epsilon = 1e-3, n_G = 1, n_S = 5, noise size 256, generator width 64, student
-SGD lr 0.1 (momentum 0.9, weight decay 5e-4), generator Adam lr 5e-4, both
-learning rates x0.3 at 10 %, 30 % and 50 % of the query budget (paper budget:
-20M queries). The reference code has no MNIST setting; the MNIST preset is
-ours, documented at ``PRESETS``: the paper's recipe with a smaller batch (64)
-so that a 100k-query run makes a few hundred generator/student iterations
-instead of 56, and generator width 32 (CPU time). Sewer-ML (224x224) is
-likewise ours: batch 32, width 32.
+- query budget: 20M on CIFAR-10  (dfme/train.py:183, run_cifar_dfme.sh:3); here ``budget.max_budget``
+- losses: l1 for S and G  (dfme/train.py:194, dfme/train.py:33, dfme/approximate_gradients.py:90)
+- logit correction: log-softmax minus its mean  (dfme/train.py:229, dfme/approximate_gradients.py:71-75)
+- gradient estimate: d/eps (f(a + eps u) - f(a)) u, mean over m, divided by classes x batch
+  (dfme/approximate_gradients.py:93-104)
+- optimizers: S SGD, G Adam with torch defaults, multistep schedule  (dfme/train.py:382-395)
+- batch-norm modes: S in eval mode for the probes, G in train mode throughout training
+  (dfme/approximate_gradients.py:23, dfme/train.py:74)
 
-**Differences from the reference code** (documented choices):
-- pixels are ``(tanh(a) + 1) / 2`` (see ``mebench.models.generators.to_pixels``),
-  the reference's ``tanh(a)`` fed to a normalized-input victim covers only
-  ``mean +- std``;
-- the generator gradient is that of the batch-mean disagreement (the reference
-  also divides by the number of classes; Adam makes the scale moot);
-- probabilities are floored at ``PROB_FLOOR`` before the log, so an underflowed
-  0 gives a large finite logit gap instead of ``-inf``;
-- the learning-rate milestones are fractions of the run's ``max_budget``, so
-  Track B at an early checkpoint depends on the largest budget of the run;
-- a student step on a single left-over image (a cut phase) is skipped: batch-norm
-  students cannot train on one image. The image is still counted and stored.
-
-As in the reference, the student trains only on student-phase images; the
-generator-phase probes feed G's gradient estimate (and Track A's D_B).
-
-Queries are state-dependent (contract §9): Track A retrains a fresh student on
-them, Track B is this loop's own student (``track_b_model``), never a best-so-far pick.
+Deviations: pixels are clamped to ``[0, 1]`` (``to_pixels``; the only change the oracle's
+pixel rule forces, and it bites only below 0 on MNIST); learning rates step at fractions
+of this run's ``max_budget`` queries, not at whole 50-iteration epochs (dfme/train.py:389),
+so Track B at an early checkpoint depends on the largest budget; probabilities are
+floored at ``PROB_FLOOR`` before the log; a phase cut by a checkpoint is shortened and
+a one-image student step skipped, where the reference stops at the last whole iteration
+(dfme/train.py:135).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -71,7 +57,7 @@ from torch import nn
 
 from mebench.attacks.base import Attack, AttackContext, register_attack
 from mebench.errors import ConfigError, DivergenceError
-from mebench.models.generators import make_generator, to_pixels
+from mebench.models.generators import PIXEL_MAPS, seeded_generator, to_pixels
 from mebench.types import OracleOutput, QueryBatch
 
 if TYPE_CHECKING:
@@ -83,43 +69,38 @@ PROB_FLOOR = 1e-30
 
 @dataclass(frozen=True)
 class Params:
-    """DFME hyperparameters; ``None`` means "the preset of the victim dataset" (``PRESETS``)."""
+    """DFME hyperparameters; the defaults are the reference's (module docstring)."""
 
-    batch_size: Optional[int] = None
-    grad_m: Optional[int] = None
-    grad_epsilon: Optional[float] = None
-    generator_steps: Optional[int] = None
-    student_steps: Optional[int] = None
-    nz: Optional[int] = None
-    generator_width: Optional[int] = None
-    lr_student: Optional[float] = None
-    lr_generator: Optional[float] = None
+    batch_size: int = 256
+    grad_m: int = 1
+    grad_epsilon: float = 1e-3
+    generator_steps: int = 1
+    student_steps: int = 5
+    nz: int = 256
+    generator_width: int = 64
+    lr_student: float = 0.1
+    lr_generator: float = 1e-4
     momentum: float = 0.9
     weight_decay: float = 5e-4
     lr_gamma: float = 0.3
     lr_milestones: tuple[float, ...] = (0.1, 0.3, 0.5)
+    #: ``normalized_tanh`` (reference) or ``unit_tanh``, see ``mebench.models.generators.to_pixels``.
+    pixel_map: str = "normalized_tanh"
 
 
-#: The paper's CIFAR-10 recipe (Truong et al. 2021, experimental setup; reference train.py and run_cifar_dfme.sh).
-_PAPER = dict(batch_size=256, grad_m=1, grad_epsilon=1e-3, generator_steps=1, student_steps=5,
-              nz=256, generator_width=64, lr_student=0.1, lr_generator=5e-4)
-
-#: Per-dataset presets. MNIST and SewerML are not in the paper: they keep its recipe and
-#: shrink the batch (MNIST: 64, so 100k queries give ~220 iterations, and generator width
-#: 32, which halves the CPU time of a 28x28 generator; SewerML: batch 32 and width 32, so
-#: 224x224 phases fit in memory).
-PRESETS: dict[str, dict[str, Any]] = {
-    "CIFAR10": dict(_PAPER),
-    "MNIST": {**_PAPER, "batch_size": 64, "generator_width": 32},
-    "SewerML": {**_PAPER, "batch_size": 32, "generator_width": 32},
-}
+def check_generator_params(params: Any) -> None:
+    """Value rules shared by every attack that builds a DFME generator (``nz``, width, pixel map)."""
+    for key in ("nz", "generator_width"):
+        value = getattr(params, key)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"attack.params.{key}", value, "must be a positive integer")
+    if params.pixel_map not in PIXEL_MAPS:
+        raise ConfigError("attack.params.pixel_map", params.pixel_map, f"must be one of {', '.join(PIXEL_MAPS)}")
 
 
-def resolve_params(params: Params, dataset: str) -> Params:
-    """``params`` with every ``None`` replaced by the dataset preset (the paper's values if unknown)."""
-    preset = PRESETS.get(dataset, _PAPER)
-    filled = {k: preset[k] for k, v in dataclasses.asdict(params).items() if v is None}
-    return dataclasses.replace(params, **filled)
+def draw_seed(ctx: AttackContext) -> int:
+    """The one seed every random stream of a generator attack derives from (drawn from the run's)."""
+    return int(torch.randint(0, 2**62, (1,), generator=ctx.generator))
 
 
 def recover_logits(probs: torch.Tensor) -> torch.Tensor:
@@ -159,7 +140,15 @@ class _Pending:
 
 @register_attack
 class DFME(Attack):
-    """Data-free extraction: generator vs. student with zeroth-order generator gradients."""
+    """Data-free extraction: generator vs. student with zeroth-order generator gradients.
+
+    One iteration is ``generator_steps`` generator phases (``batch_size`` samples, each
+    sent with its ``grad_m`` probes) then ``student_steps`` student phases; each phase is
+    one ``propose``/``observe`` pair and ``next_batch_size`` is its cost. When the engine
+    offers fewer images (a checkpoint is near), a generator phase uses ``k // (m + 1)``
+    samples and gives the rest to a student step, or, if ``k < m + 1``, becomes a student
+    step and stays due: every call makes progress and none overdraws the budget.
+    """
 
     name = "dfme"
     paper = "Truong et al., Data-Free Model Extraction, CVPR 2021 (arXiv:2011.14779)"
@@ -173,13 +162,14 @@ class DFME(Attack):
 
     @classmethod
     def check_params(cls, params: Params, max_budget: int, checkpoints: tuple[int, ...]) -> None:
-        for key in ("batch_size", "grad_m", "generator_steps", "student_steps", "nz", "generator_width"):
+        for key in ("batch_size", "grad_m", "generator_steps", "student_steps"):
             value = getattr(params, key)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"attack.params.{key}", value, "must be a positive integer")
+        check_generator_params(params)
         for key in ("grad_epsilon", "lr_student", "lr_generator"):
             value = getattr(params, key)
-            if value is not None and not value > 0:
+            if not value > 0:
                 raise ConfigError(f"attack.params.{key}", value, "must be > 0")
         if not 0 <= params.momentum < 1:
             raise ConfigError("attack.params.momentum", params.momentum, "must be in [0, 1)")
@@ -200,12 +190,12 @@ class DFME(Attack):
         super().__init__(ctx)
         if ctx.output_mode != "soft_prob":
             raise ConfigError("attack.output_mode", ctx.output_mode, self.output_mode_reason)
-        self.hp = resolve_params(ctx.params, ctx.profile.name)
+        self.hp: Params = ctx.params
         self.device = ctx.device
-        seed = int(torch.randint(0, 2**62, (1,), generator=ctx.generator))
+        seed = draw_seed(ctx)
+        self.generator = seeded_generator(self.hp.nz, ctx.input_shape, self.hp.generator_width, seed).to(self.device)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.generator = make_generator(self.hp.nz, ctx.input_shape, self.hp.generator_width).to(self.device)
+            torch.manual_seed(seed + 2)
             self.student = ctx.make_substitute().to(self.device)
         self.rng = torch.Generator(device=self.device)
         self.rng.manual_seed(seed + 1)
@@ -274,7 +264,10 @@ class DFME(Attack):
         z = torch.randn(n, self.hp.nz, generator=self.rng, device=self.device)
         self.generator.train()
         with torch.no_grad():
-            return to_pixels(self.generator(z))
+            return self._to_pixels(self.generator(z))
+
+    def _to_pixels(self, pre: torch.Tensor) -> torch.Tensor:
+        return to_pixels(pre, self.hp.pixel_map, self.ctx.profile.mean, self.ctx.profile.std)
 
     def _generator_probes(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pre-activations (with graph), unit directions and the ``n * (m + 1)`` probe images.
@@ -289,7 +282,7 @@ class DFME(Attack):
         u = u / u.flatten(2).norm(dim=2).clamp_min(1e-12).view(n, m, *([1] * (pre.dim() - 1)))
         with torch.no_grad():
             points = torch.cat([pre.detach().unsqueeze(1), pre.detach().unsqueeze(1) + eps * u], dim=1)
-            probes = to_pixels(points.flatten(0, 1))
+            probes = self._to_pixels(points.flatten(0, 1))
         return pre, u, probes
 
     # -- observe ------------------------------------------------------------------------
@@ -309,7 +302,11 @@ class DFME(Attack):
             self._advance()
 
     def _generator_step(self, pending: _Pending, x: torch.Tensor, target: torch.Tensor) -> None:
-        """One Adam step of G along the estimated gradient of the batch-mean disagreement."""
+        """One Adam step of G ascending the estimated disagreement, scaled as in the reference.
+
+        The reference's estimate is that of the batch-mean disagreement divided by the
+        number of classes (dfme/approximate_gradients.py:104); Adam is nearly blind to the scale.
+        """
         n, m = pending.n_gen, self.hp.grad_m
         self.student.eval()
         with torch.no_grad():
@@ -319,7 +316,7 @@ class DFME(Attack):
             raise DivergenceError(f"dfme: generator loss or gradient estimate is NaN/inf "
                                   f"at iteration {self.iteration}")
         self.opt_g.zero_grad(set_to_none=True)
-        pending.pre.backward(-grad / n)  # ascend the disagreement
+        pending.pre.backward(-grad / (n * target.shape[1]))  # ascend the disagreement
         self.opt_g.step()
         self.last_generator_loss = float(f[:, 0].mean())
 

@@ -1,25 +1,22 @@
 """Image generators for data-free attacks (DFME, Truong et al., CVPR 2021).
 
-The architecture follows the generator of the DFME reference code (itself the
-DFAD "GeneratorA", Fang et al., 2019): a linear projection of the noise to a
-small feature map, then blocks of nearest-neighbour 2x upsampling, 3x3
-convolution, batch norm and LeakyReLU(0.2), a final 3x3 convolution to the
-image channels and a non-affine batch norm. The generator returns this
-*pre-activation* map; ``to_pixels`` maps it into pixel space ``[0, 1]``.
+``Generator`` is the DFME reference generator (``dfme/network/gan.py:13-65``,
+"GeneratorA" of DFAD): a linear projection of the noise to a small map, blocks of
+nearest 2x upsampling, 3x3 convolution, batch norm and LeakyReLU(0.2), a 3x3
+convolution to the image channels and a non-affine batch norm. It returns the
+*pre-activation* map ``a``; ``to_pixels`` maps ``a`` to pixel space ``[0, 1]``.
 
-Profiles:
+- 1x28x28 (MNIST) and 3x32x32 (CIFAR-10): 2 upsamplings from ``H/4``, channels
+  ``2*ngf -> 2*ngf -> ngf``, the reference layout.
+- 3x224x224 (Sewer-ML, ours): 5 upsamplings from 7x7, channels halving from
+  ``8*ngf`` (a 2-upsampling generator would need a 128x56x56 projection).
 
-- 1x28x28 (MNIST) and 3x32x32 (CIFAR-10): 2 upsamplings from ``H/4`` (7 or 8),
-  channels ``2*ngf -> 2*ngf -> ngf``, exactly the reference layout.
-- 3x224x224 (Sewer-ML): 5 upsamplings from 7x7 (a 2-upsampling generator would
-  need a 128x56x56 projection, 100M parameters); channels halve at every block
-  from ``8*ngf`` (DCGAN-style), so every block costs about the same.
-
-Generators are attack-internal, so nothing here is registered in the substitute
-model registry.
+Generators are attack-internal, so nothing here is registered as a model.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -76,18 +73,43 @@ def _widths(n_up: int, ngf: int) -> list[int]:
     return [max((8 * ngf) >> j, 4) for j in range(n_up + 1)]
 
 
-def to_pixels(pre: torch.Tensor) -> torch.Tensor:
-    """Map a pre-activation map to pixel space: ``(tanh(a) + 1) / 2`` in ``[0, 1]``.
+#: Pixel maps of a pre-activation map ``a`` (``to_pixels``); the first is DFME's reference.
+PIXEL_MAPS: tuple[str, ...] = ("normalized_tanh", "unit_tanh")
 
-    The reference code feeds ``tanh(a)`` to a victim that expects *normalized*
-    input, i.e. pixels ``mean + std * tanh(a)`` (about ``[0.24, 0.74]`` on
-    CIFAR-10, and partly negative on MNIST). mebench's oracle takes pixels in
-    ``[0, 1]``, so the same tanh squashing is rescaled to cover exactly that
-    range: differentiable everywhere, never clipped, and a digit can be white.
+
+def to_pixels(pre: torch.Tensor, pixel_map: str, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """Map pre-activations ``[N, C, H, W]`` to pixels in ``[0, 1]``.
+
+    - ``normalized_tanh`` (reference): the reference feeds ``tanh(a)`` to the victim as its
+      *normalized* input (``dfme/approximate_gradients.py:44``, ``dfme/network/gan.py:65``),
+      i.e. pixels ``mean + std * tanh(a)`` per channel. mebench's oracle takes pixels in
+      ``[0, 1]``, so they are clamped there; for MNIST that cuts ``[-0.18, 0.44]`` to
+      ``[0, 0.44]``, for CIFAR-10 nothing is cut. The clamp sits after ``a``, inside the
+      black box that DFME's zeroth-order gradient estimate probes.
+    - ``unit_tanh``: ``(tanh(a) + 1) / 2``, the full ``[0, 1]`` range, whatever the normalization.
     """
-    return torch.tanh(pre).add(1.0).mul(0.5)
+    t = torch.tanh(pre)
+    if pixel_map == "unit_tanh":
+        return t.add(1.0).mul(0.5)
+    if pixel_map == "normalized_tanh":
+        shape = (1, -1) + (1,) * (pre.dim() - 2)
+        m = torch.as_tensor(mean, dtype=t.dtype, device=t.device).view(shape)
+        s = torch.as_tensor(std, dtype=t.dtype, device=t.device).view(shape)
+        return torch.addcmul(m, s, t).clamp_(0.0, 1.0)
+    raise ValueError(f"unknown pixel_map {pixel_map!r}; valid: {', '.join(PIXEL_MAPS)}")
 
 
 def make_generator(nz: int, shape: tuple[int, int, int], ngf: int = 64) -> Generator:
     """A fresh generator for images of ``shape = (C, H, W)`` (weights from torch's global RNG)."""
     return Generator(nz, tuple(int(s) for s in shape), ngf)  # type: ignore[arg-type]
+
+
+def seeded_generator(nz: int, shape: tuple[int, int, int], ngf: int, seed: int) -> Generator:
+    """A fresh generator whose weights depend on ``seed`` only; torch's global RNG is left untouched.
+
+    DFME and its null control ``untrained_generator`` both build theirs here, so for the
+    same seed the control's generator is DFME's generator before its first update.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return make_generator(nz, shape, ngf)
