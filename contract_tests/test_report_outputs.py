@@ -200,6 +200,27 @@ def test_comparisons_are_paired_by_seed(report):
     assert not (comps["output_mode"] == "hard_top1").any()  # one attack: nothing to pair
 
 
+def test_l1_mean_is_named_mae_over_classes_everywhere(report):
+    # contract 1.3: l1_mean is L1 / K (mean over examples and classes), not a paper's L1
+    _, _, files = report
+    assert "L1 (MAE over classes)" in files["curves_mnist_soft_prob_svg"].read_text()
+    note = "l1_mean = mean |p_v − p_s| over test examples and classes (L1 distance / K)"
+    for key in ("leaderboard_md", "leaderboard_html", "comparisons_md"):
+        assert note in files[key].read_text()
+    assert "l1_mean — L1 (MAE over classes)" in files["leaderboard_md"].read_text()
+
+
+def test_gains_need_a_control_of_the_same_data_mode(report):
+    # contract 6: random ran in seed mode only, so surrogate and data_free attacks get no gain
+    _, _, files = report
+    assert _read(files, "gains_csv").empty
+    md = files["gains_md"].read_text()
+    assert "surrogate" in md and "no null control run (controls of surrogate: random)" in md
+    assert "no control paired" in files["leaderboard_md"].read_text()
+    board = _read(files, "leaderboard_csv")
+    assert set(board.loc[board["label"] == "random", "role"]) == {"control"}
+
+
 def test_comparisons_json_keeps_numbers(report):
     # contract 16: numbers stay numbers in machine-readable reports
     _, _, files = report

@@ -51,12 +51,25 @@ def test_bootstrap_interval_holds_mean_difference(ab):
 
 # contract 10: identical groups -> interval through zero and d == 0
 @FAST
-@given(st.lists(values, min_size=1, max_size=30))
+@given(st.lists(values, min_size=2, max_size=30))
 def test_identical_groups_cross_zero_and_have_zero_effect(a):
     res = compare_groups(a, list(a), n_bootstrap=500)
     assert res["ci_lower"] == 0.0 == res["ci_upper"]
     assert res["crosses_zero"] and not res["statistically_significant"]
     assert res["cohens_d"] == 0.0 and res["effect_size_category"] == "negligible"
+
+
+# contract 10: fewer than 2 paired seeds -> no interval and no CI claim
+@FAST
+@given(values, values)
+def test_single_seed_gives_no_interval_and_no_claim(a, b):
+    res = compare_groups([a], [b], n_bootstrap=500)
+    assert res["n_pairs"] == 1 and res["mean_diff"] == pytest.approx(b - a)
+    assert math.isnan(res["ci_lower"]) and math.isnan(res["ci_upper"])
+    assert res["crosses_zero"] is None and res["statistically_significant"] is None
+    assert res["warning"].startswith("n<2")
+    empty = compare_groups([], [])
+    assert empty["statistically_significant"] is None and math.isnan(empty["mean_diff"])
 
 
 # contract 10: d is positive exactly when the second group's mean is larger

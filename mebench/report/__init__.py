@@ -8,6 +8,8 @@ contract §16) or a pytest JSON report and writes, into ``out_dir``:
   metric at every checkpoint, per (dataset, output mode) and track;
 * ``comparisons.md|csv|json`` — every pair of attacks, paired by seed: bootstrap CI of
   the mean difference, Cohen's d, effect-size category and a few-seeds warning;
+* ``gains.md|csv|json`` — each attack's gain over the null control(s) of its data mode,
+  paired by seed, per track, metric and checkpoint (also in the leaderboard);
 * ``aggregate.csv`` and ``results.csv`` — the numbers behind all of the above.
 
 ``append_metadata``/``read_metadata`` maintain ``runs/run_metadata.jsonl``.

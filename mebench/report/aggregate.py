@@ -30,6 +30,25 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "agreement_auc": True,
 }
 
+METRIC_TITLES: dict[str, str] = {
+    "acc_gt": "test accuracy (GT) ↑", "agreement": "agreement with victim ↑",
+    "kl_mean": "KL(victim ‖ substitute) ↓", "l1_mean": "L1 (MAE over classes) ↓",
+    "agreement_auc": "agreement AUC (log-budget) ↑",
+}
+"""Human names of the metrics, used by plot titles and table headings alike."""
+
+METRIC_NOTES: dict[str, str] = {
+    "l1_mean": ("l1_mean = mean |p_v − p_s| over test examples and classes (L1 distance / K); "
+                "not a paper's L1 distance"),
+}
+"""One line per metric whose name could be misread; printed under every table that shows it."""
+
+
+def metric_heading(metric: str) -> str:
+    """``l1_mean — L1 (MAE over classes) ↓``: the column name and what it measures."""
+    title = METRIC_TITLES.get(metric)
+    return f"{metric} — {title}" if title else metric
+
 
 def drop_reruns(frame: pd.DataFrame) -> pd.DataFrame:
     """Keep one row per (condition, seed, track, checkpoint): the latest run's.
@@ -51,10 +70,12 @@ def drop_reruns(frame: pd.DataFrame) -> pd.DataFrame:
 def to_long(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (point, seed, metric) with a finite value.
 
-    Empty cells (KL/L1 of ``hard_top1`` runs, §16.2) disappear here, so they never
-    count as a seed in a mean.
+    The attack *name* rides along (when the frame has it) because null controls are
+    identified by name, not by label (:mod:`mebench.report.gains`). Empty cells (KL/L1
+    of ``hard_top1`` runs, §16.2) disappear here, so they never count as a seed in a mean.
     """
-    long = frame.melt(id_vars=[*POINT_KEYS, "seed"], value_vars=list(METRIC_COLUMNS),
+    ids = [*POINT_KEYS, "seed", *(["attack"] if "attack" in frame.columns else [])]
+    long = frame.melt(id_vars=ids, value_vars=list(METRIC_COLUMNS),
                       var_name="metric", value_name="value")
     return long.dropna(subset=["value"]).reset_index(drop=True)
 

@@ -6,7 +6,9 @@ metric and checkpoint (plus the whole-curve ``agreement_auc``). Within a stratum
 every pair of conditions (attack label × data mode) is compared on the seeds
 both have; a seed missing on either side is left out, never imputed. The
 baseline ``random`` is always put first (group ``a``), so differences read
-"attack b minus random".
+"attack b minus random". The page also shows each attack's gain over the null
+control of its data mode (:mod:`mebench.report.gains`), which pairs an attack's
+Track B with the control's Track A as well.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from mebench.report.aggregate import HIGHER_IS_BETTER
+from mebench.report.aggregate import HIGHER_IS_BETTER, METRIC_NOTES
 from mebench.report.document import Block, budget_label, fmt_value, table
-from mebench.report.stats import CI_LEVEL, MIN_SEEDS_FOR_CI, compare_groups
+from mebench.report.gains import GAIN_TEXT, gain_section
+from mebench.report.stats import CI_LEVEL, MIN_SEEDS_FOR_CI, MIN_SEEDS_FOR_INTERVAL, compare_groups
 
 BASELINE_LABEL = "random"
 STRATUM_KEYS: tuple[str, ...] = (
@@ -66,32 +69,43 @@ def compare_all(points: pd.DataFrame, **bootstrap: Any) -> pd.DataFrame:
 
 def _row_cells(r: pd.Series) -> list[str]:
     point = "whole curve" if pd.isna(r["checkpoint_B"]) else f"@{budget_label(int(r['checkpoint_B']))}"
-    ci = f"[{fmt_value(r['ci_lower'])}, {fmt_value(r['ci_upper'])}]"
+    if r["n_pairs"] < MIN_SEEDS_FOR_INTERVAL:  # no interval, no claim
+        ci = claim = f"n<{MIN_SEEDS_FOR_INTERVAL}"
+    else:
+        ci = f"[{fmt_value(r['ci_lower'])}, {fmt_value(r['ci_upper'])}]"
+        claim = "yes" if r["statistically_significant"] else "no"
     return [f"{r['b_label']}/{r['b_data_mode']} − {r['a_label']}/{r['a_data_mode']}",
             r["metric"], point, str(r["n_pairs"]), fmt_value(r["mean_diff"]), ci,
-            fmt_value(r["cohens_d"]), r["effect_size_category"],
-            "yes" if r["statistically_significant"] else "no", "⚠" if r["warning"] else ""]
+            fmt_value(r["cohens_d"]), r["effect_size_category"], claim,
+            "⚠" if r["warning"] else ""]
 
 
 SHOWN_METRICS = ("agreement_auc", "agreement", "acc_gt")
 
 
-def comparison_blocks(comps: pd.DataFrame) -> list[Block]:
-    """Markdown/HTML page: AUC, agreement and acc_gt comparisons (all in the CSV/JSON)."""
+def comparison_blocks(comps: pd.DataFrame, gains: pd.DataFrame | None = None) -> list[Block]:
+    """Markdown/HTML page: gains over the null control, then pairwise comparisons, for
+    agreement AUC, agreement and acc_gt (every metric is in the CSV/JSON files)."""
     blocks = [Block("h1", "mebench pairwise comparisons"), Block("p", (
         f"Difference = b − a over seeds run by both (paired by seed). CI: {CI_LEVEL:.0%} percentile "
         f"paired bootstrap of the mean difference. d: Cohen's d with pooled sample std "
         f"(|d| 0.2/0.5/0.8 = small/medium/large). ⚠: fewer than {MIN_SEEDS_FOR_CI} paired "
-        "seeds, the interval is descriptive only. For kl_mean and l1_mean lower is better. "
+        f"seeds, the interval is descriptive only; n<{MIN_SEEDS_FOR_INTERVAL}: no interval. "
+        "For kl_mean and l1_mean lower is better. "
         "This page shows agreement AUC, agreement and acc_gt; comparisons.csv/json hold "
-        "every metric."))]
+        "every metric.")), Block("p", "Note: " + METRIC_NOTES["l1_mean"])]
+    if gains is not None and not gains.empty:
+        blocks += [Block("h2", "Gain over the null control"), Block("p", GAIN_TEXT),
+                   *gain_section(gains, SHOWN_METRICS, level=3),
+                   Block("h2", "Pairwise comparisons")]
     if comps.empty:
         return blocks + [Block("p", "No two attacks share a stratum: nothing to compare.")]
     shown = comps[comps["metric"].isin(SHOWN_METRICS)]
     heads = ["b − a", "metric", "budget", "n", "mean diff", f"{CI_LEVEL:.0%} CI", "d", "effect",
              "CI excludes 0", "few seeds"]
+    level = "h3" if gains is not None and not gains.empty else "h2"
     for key, g in shown.groupby(["dataset", "output_mode", "track"], sort=True):
-        blocks.append(Block("h2", f"{key[0]} · {key[1]} · Track {key[2]}"))
+        blocks.append(Block(level, f"{key[0]} · {key[1]} · Track {key[2]}"))
         g = g.assign(_m=g["metric"].map({m: i for i, m in enumerate(SHOWN_METRICS)}))
         g = g.sort_values(["_m", "checkpoint_B", "a_label", "b_label"], kind="stable",
                           na_position="first")

@@ -111,3 +111,18 @@ def budget_label(b: int) -> str:
         if b >= div:
             return f"{b / div:g}{suffix}"
     return str(b)
+
+
+def fmt_signed(x: float) -> str:
+    """:func:`fmt_value` with an explicit ``+`` on positive values (differences, gains)."""
+    text = fmt_value(x)
+    return "+" + text if text != "–" and x > 0 else text
+
+
+def fmt_gain(mean: float, lo: float, hi: float, n: int, min_n: int = 2) -> str:
+    """``+0.0812 [+0.0700, +0.0911]``; ``+0.0812 (n<2)`` when no interval can be given."""
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    if n < min_n:
+        return f"{fmt_signed(mean)} (n<{min_n})"
+    return f"{fmt_signed(mean)} [{fmt_signed(lo)}, {fmt_signed(hi)}]"

@@ -14,18 +14,21 @@ span; the span is printed next to each value and a note flags a table whose
 rows differ.
 
 Tables are built per (dataset, output mode) and track (A = SFP primary, B = AOP
-secondary, contract §8), rows ranked by AUC.
+secondary, contract §8), rows ranked by AUC. Next to each attack's AUC stands its
+**gain over the null control** of its data mode (paired by seed, 95 % CI; see
+:mod:`mebench.report.gains`), and each track gets a table of agreement gains at
+every checkpoint. Controls themselves are marked, not ranked against themselves.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from mebench.report.aggregate import CONDITION_KEYS
-from mebench.report.document import Block, budget_label, fmt_mean_std, table
+from mebench.report.aggregate import CONDITION_KEYS, METRIC_NOTES, metric_heading
+from mebench.report.document import Block, budget_label, fmt_gain, fmt_mean_std, table
 from mebench.report.load import METRIC_COLUMNS
 
 TRACK_TITLES = {"A": "Track A (SFP: standard from-scratch protocol, primary)",
@@ -99,32 +102,94 @@ def _ident(row: pd.Series) -> list[str]:
 IDENT_HEADERS = ["attack", "data mode", "substitute", "victim"]
 
 
-def _track_blocks(board: pd.DataFrame, agg: pd.DataFrame, track: str) -> list[Block]:
+GainLookup = dict[tuple, dict[str, dict[tuple[str, Any], pd.Series]]]
+"""(condition…, track) → control label → (metric, checkpoint or None) → gain row."""
+
+
+def _gain_lookup(gains: pd.DataFrame | None) -> GainLookup:
+    lookup: GainLookup = {}
+    if gains is None:
+        return lookup
+    for _, r in gains.iterrows():
+        row_key = tuple(r[k] for k in (*CONDITION_KEYS, "track"))
+        point = None if pd.isna(r["checkpoint_B"]) else int(r["checkpoint_B"])
+        lookup.setdefault(row_key, {}).setdefault(r["control_label"], {})[(r["metric"], point)] = r
+    return lookup
+
+
+def _gain_text(g: pd.Series | None) -> str:
+    return "–" if g is None else fmt_gain(g["gain_mean"], g["ci_low"], g["ci_high"],
+                                          int(g["n_seeds"]))
+
+
+def _auc_gain_cell(gl: GainLookup, row: pd.Series) -> str:
+    """The main table's gain cell: one entry per control, or why there is none."""
+    if row.get("role") == "control":
+        return "— (control)"
+    per_control = gl.get(tuple(row[k] for k in (*CONDITION_KEYS, "track")), {})
+    if not per_control:
+        return "no control paired"
+    return "; ".join(f"{_gain_text(points.get(('agreement_auc', None)))} vs {control}"
+                     for control, points in sorted(per_control.items()))
+
+
+def _gain_blocks(board: pd.DataFrame, gl: GainLookup, budgets: list[int]) -> list[Block]:
+    """Agreement gain over each control at every checkpoint, one row per (attack, control)."""
+    rows = []
+    for _, r in board.iterrows():
+        per_control = gl.get(tuple(r[k] for k in (*CONDITION_KEYS, "track")), {})
+        for control, points in sorted(per_control.items()):
+            auc = points.get(("agreement_auc", None))
+            n = "–" if auc is None else str(auc["n_seeds"])
+            rows.append([*_ident(r), f"{control} (A)", n, _gain_text(auc),
+                         *(_gain_text(points.get(("agreement", b))) for b in budgets)])
+    if not rows:
+        return []
+    heads = [*IDENT_HEADERS, "control (track)", "n", "AUC gain",
+             *(f"agreement gain @{budget_label(b)}" for b in budgets)]
+    return [Block("p", "Gain over the null control (attack − control, paired by seed; mean "
+                       "[95% CI], n<2: no interval); the control's Track A is the reference "
+                       "for both tracks. Every metric: gains.md/csv/json."),
+            table(heads, rows)]
+
+
+def _track_blocks(board: pd.DataFrame, agg: pd.DataFrame, track: str,
+                  gl: GainLookup) -> list[Block]:
     budgets = sorted(agg["checkpoint_B"].unique())
     lookup = _lookup(agg)
     blocks = [Block("h3", TRACK_TITLES.get(track, f"Track {track}"))]
     rows = [["#" + str(r["rank"]), *_ident(r), str(r["n_seeds"]),
-             fmt_mean_std(r["auc_mean"], r["auc_std"]), _span(r),
+             fmt_mean_std(r["auc_mean"], r["auc_std"]), _span(r), _auc_gain_cell(gl, r),
              *(_cell(lookup, r, "agreement", b) for b in budgets)] for _, r in board.iterrows()]
     heads = ["rank", *IDENT_HEADERS, "seeds", "agreement AUC (log-budget)", "AUC span",
+             "AUC gain over control [95% CI]",
              *(f"agreement @{budget_label(b)}" for b in budgets)]
     blocks.append(table(heads, rows))
     if board["span_lo"].nunique() > 1 or board["span_hi"].nunique() > 1:
         blocks.append(Block("p", "Note: AUC spans differ between rows; compare AUCs only "
                                  "between rows with the same span."))
+    blocks += _gain_blocks(board, gl, budgets)
     for metric in [m for m in METRIC_COLUMNS if m != "agreement"]:
         if not (agg["metric"] == metric).any():
             continue
         rows = [[*_ident(r), *(_cell(lookup, r, metric, b) for b in budgets)]
                 for _, r in board.iterrows()]
-        blocks.append(Block("p", f"{metric} (mean ± std over seeds) by budget:"))
+        blocks.append(Block("p", f"{metric_heading(metric)} (mean ± std over seeds) by budget:"))
         blocks.append(table([*IDENT_HEADERS, *(f"@{budget_label(b)}" for b in budgets)], rows))
+        if metric in METRIC_NOTES:
+            blocks.append(Block("p", "Note: " + METRIC_NOTES[metric]))
     return blocks
 
 
 def leaderboard_blocks(board: pd.DataFrame, agg: pd.DataFrame, victims: pd.DataFrame,
-                       figures: dict[tuple[str, str], str]) -> list[Block]:
-    """The whole leaderboard page; ``figures`` maps (dataset, mode) → image file name."""
+                       figures: dict[tuple[str, str], str],
+                       gains: pd.DataFrame | None = None) -> list[Block]:
+    """The whole leaderboard page; ``figures`` maps (dataset, mode) → image file name.
+
+    ``gains`` is :func:`mebench.report.gains.gain_table`'s frame; ``board`` may carry a
+    ``role`` column (``"control"`` rows get no gain).
+    """
+    gl = _gain_lookup(gains)
     blocks = [Block("h1", "mebench leaderboard"), Block("p", DEFINITION_TEXT)]
     for (dataset, mode), sub in board.groupby(["dataset", "output_mode"], sort=True):
         blocks.append(Block("h2", f"{dataset} · {mode}"))
@@ -136,7 +201,7 @@ def leaderboard_blocks(board: pd.DataFrame, agg: pd.DataFrame, victims: pd.DataF
                                      f"{v['victim_test_accuracy']:.4f}"))
         sub_agg = agg[(agg["dataset"] == dataset) & (agg["output_mode"] == mode)]
         for track, tb in sub.groupby("track", sort=True):
-            blocks += _track_blocks(tb, sub_agg[sub_agg["track"] == track], track)
+            blocks += _track_blocks(tb, sub_agg[sub_agg["track"] == track], track, gl)
     return blocks
 
 
@@ -147,5 +212,9 @@ DEFINITION_TEXT = (
     "the mean agreement with every budget decade weighted equally and lies in [0, 1]. "
     "Rows are ranked by it. acc_gt and agreement: higher is better; kl_mean and l1_mean: "
     "lower is better. Track A (SFP) is the primary, comparable measure of query quality; "
-    "Track B (AOP) is the attack's own loop (secondary)."
+    "Track B (AOP) is the attack's own loop (secondary). Gain over control = attack − null "
+    "control of the same data mode (random for seed/surrogate; untrained_generator and "
+    "smooth_noise for data_free), paired by seed, with a 95% percentile bootstrap CI; "
+    "both tracks of an attack are compared with the control's Track A; n<2: no interval. "
+    + METRIC_NOTES["l1_mean"] + "."
 )

@@ -1,7 +1,8 @@
 """Budget–performance curves, the primary output of the benchmark (contract §0, §1.3).
 
 One figure per (dataset, output mode), one panel per metric that has data
-(``kl_mean``/``l1_mean`` exist only for ``soft_prob``, §1.3): budget on a log x
+(``kl_mean``/``l1_mean`` exist only for ``soft_prob``, §1.3; ``l1_mean`` is the
+mean absolute error over classes, titled "L1 (MAE over classes)"): budget on a log x
 axis, the mean over seeds as a line with a ±1 sample-std band, Track A solid
 and Track B dashed (§8), one colour per attack label + data mode (kept the same
 in every figure of a report), and the victim's test accuracy as a dotted
@@ -21,13 +22,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from mebench.report.aggregate import METRIC_TITLES  # noqa: E402
 from mebench.report.document import budget_label  # noqa: E402
 from mebench.report.load import METRIC_COLUMNS  # noqa: E402
 
-METRIC_TITLES = {
-    "acc_gt": "test accuracy (GT) ↑", "agreement": "agreement with victim ↑",
-    "kl_mean": "KL(victim ‖ substitute) ↓", "l1_mean": "L1 distance of probabilities ↓",
-}
 TRACK_STYLE = {"A": dict(linestyle="-", marker="o"), "B": dict(linestyle="--", marker="s")}
 CURVE_KEYS = ("label", "data_mode", "substitute_arch", "victim_id")
 

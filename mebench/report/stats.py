@@ -23,6 +23,11 @@ Definitions (kept fixed so reports stay comparable):
   resamples and the 95% interval is essentially ``[min d_i, max d_i]``, i.e. it
   excludes 0 exactly when all seeds agree in sign. Such intervals are reported
   but flagged as descriptive.
+* **Fewer than** ``MIN_SEEDS_FOR_INTERVAL`` (2) **paired seeds**: no interval at
+  all. One difference resamples only to itself, so its "interval" has zero width
+  and would "exclude 0" for any non-zero difference. The bounds are NaN and the
+  decision fields (``crosses_zero``, ``statistically_significant``) are ``None``
+  (empty in CSV, ``null`` in JSON); the mean difference is still given.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ BOOTSTRAP_SEED = 0
 N_BOOTSTRAP = 10_000
 CI_LEVEL = 0.95
 MIN_SEEDS_FOR_CI = 5
+MIN_SEEDS_FOR_INTERVAL = 2
+"""Below this many paired seeds no interval (and no CI-based claim) is reported."""
 EFFECT_SIZE_THRESHOLD = 0.2
 """|d| at or above which a difference counts as practically significant."""
 
@@ -113,6 +120,9 @@ def seed_warning(n: int) -> str:
         return ""
     if n == 0:
         return "no seed in common: nothing to compare"
+    if n < MIN_SEEDS_FOR_INTERVAL:
+        return (f"n<{MIN_SEEDS_FOR_INTERVAL}: a single paired seed, no interval; the "
+                "difference is one observation")
     return (f"only {n} paired seed(s) (< {MIN_SEEDS_FOR_CI}): the bootstrap interval "
             "under-covers; read it as descriptive, not as a test")
 
@@ -127,6 +137,7 @@ def definitions(n_bootstrap: int = N_BOOTSTRAP) -> dict[str, Any]:
         "effect_size_bins": {name: bound for bound, name in EFFECT_SIZE_BINS},
         "effect_size_threshold": EFFECT_SIZE_THRESHOLD,
         "min_seeds_for_ci": MIN_SEEDS_FOR_CI,
+        "min_seeds_for_interval": MIN_SEEDS_FOR_INTERVAL,
     }
 
 
@@ -136,24 +147,30 @@ def compare_groups(a: Sequence[float], b: Sequence[float], **bootstrap: Any) -> 
     Keys: ``n_pairs, mean_a, mean_b`` + :class:`BootstrapCI` fields + ``cohens_d,
     effect_size_category, statistically_significant`` (CI excludes 0),
     ``practically_significant`` (|d| ≥ 0.2) and ``warning``. Empty inputs give NaNs.
+    With fewer than ``MIN_SEEDS_FOR_INTERVAL`` pairs the bounds are NaN and
+    ``crosses_zero``/``statistically_significant`` are ``None``: no CI claim.
     """
     n = len(a)
-    if n == 0:
-        ci = BootstrapCI(math.nan, math.nan, math.nan, bootstrap.get("level", CI_LEVEL), True, 0)
-        d = math.nan
+    d = cohens_d(a, b) if n else math.nan
+    if n < MIN_SEEDS_FOR_INTERVAL:
+        mean_diff = float(np.mean(np.asarray(b, float) - np.asarray(a, float))) if n else math.nan
+        fields: dict[str, Any] = {
+            "mean_diff": mean_diff, "ci_lower": math.nan, "ci_upper": math.nan,
+            "ci_level": bootstrap.get("level", CI_LEVEL), "crosses_zero": None}
     else:
         ci = paired_bootstrap_ci(a, b, **bootstrap)
-        d = cohens_d(a, b)
+        fields = {k: v for k, v in asdict(ci).items() if k != "n"}
     out: dict[str, Any] = {
         "n_pairs": n,
         "mean_a": float(np.mean(a)) if n else math.nan,
         "mean_b": float(np.mean(b)) if n else math.nan,
     }
-    out.update({k: v for k, v in asdict(ci).items() if k != "n"})
+    out.update(fields)
     out.update({
         "cohens_d": d,
         "effect_size_category": effect_size_category(d),
-        "statistically_significant": n > 0 and not ci.crosses_zero,
+        "statistically_significant": (None if fields["crosses_zero"] is None
+                                      else not fields["crosses_zero"]),
         "practically_significant": bool(abs(d) >= EFFECT_SIZE_THRESHOLD),
         "warning": seed_warning(n),
     })

@@ -11,6 +11,8 @@ import pandas as pd
 from mebench.report.aggregate import aggregate, drop_reruns, to_long, victim_reference
 from mebench.report.compare import comparison_blocks, comparison_points, compare_all
 from mebench.report.document import render_html, render_markdown
+from mebench.report.gains import (condition_roles, gain_blocks, gain_definitions, gain_table,
+                                  leaderboard_gain_columns)
 from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed,
                                         leaderboard_blocks, leaderboard_table)
 from mebench.report.load import load_results
@@ -54,7 +56,8 @@ def _write_pages(blocks: list, out: Path, name: str, title: str, files: dict[str
 def write_report(path: str | Path, out_dir: str | Path | None = None,
                  n_bootstrap: int = N_BOOTSTRAP) -> dict[str, Path]:
     """Write curves (PNG, SVG), leaderboard (MD, HTML, CSV, JSON), comparisons
-    (MD, CSV, JSON), the aggregate table and the tidy input rows.
+    (MD, CSV, JSON), gains over the null control (MD, CSV, JSON), the aggregate
+    table and the tidy input rows.
 
     ``path`` is a runs folder, one run or seed folder, or a pytest JSON report;
     ``out_dir`` defaults to :func:`default_out_dir`. Returns {file key: path}.
@@ -64,7 +67,9 @@ def write_report(path: str | Path, out_dir: str | Path | None = None,
     long = to_long(frame)
     agg, victims = aggregate(long), victim_reference(frame)
     auc = agreement_auc_per_seed(frame)
-    board = leaderboard_table(auc)
+    roles = condition_roles(frame)
+    gains = gain_table(frame, n_bootstrap=n_bootstrap)
+    board = leaderboard_gain_columns(leaderboard_table(auc), gains, roles)
     comps = compare_all(comparison_points(long, auc), n_bootstrap=n_bootstrap)
     out = Path(out_dir) if out_dir is not None else default_out_dir(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,9 +82,11 @@ def write_report(path: str | Path, out_dir: str | Path | None = None,
     _write_table(agg, out, "aggregate", files)
     _write_table(board, out, "leaderboard", files, definitions=DEFINITION_TEXT)
     _write_table(comps, out, "comparisons", files, definitions=definitions(n_bootstrap))
+    _write_table(gains, out, "gains", files, definitions=gain_definitions(n_bootstrap))
     img = {k: p["png"].name for k, p in figures.items()}
-    _write_pages(leaderboard_blocks(board, agg, victims, img), out, "leaderboard",
+    _write_pages(leaderboard_blocks(board, agg, victims, img, gains), out, "leaderboard",
                  "mebench leaderboard", files)
-    _write_pages(comparison_blocks(comps), out, "comparisons", "mebench comparisons", files,
-                 html=False)
+    _write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
+                 files, html=False)
+    _write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
     return files

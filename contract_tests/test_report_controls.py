@@ -1,0 +1,295 @@
+"""Gain over the null control in reports (contract §6 controls, §8 tracks, §10 seeds, §16).
+
+Results are built in the exact shape :func:`mebench.report.load.load_results`
+gives (``records_to_frame`` over ``RunRecord`` objects, one per seed-run), with
+per-seed values chosen so every gain is known in advance: the report must find
+it, pair it by seed, compare both tracks with the control's Track A, keep data
+modes apart and make no interval claim from a single seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mebench.attacks import ATTACKS, Attack
+from mebench.report import write_report
+from mebench.report.aggregate import METRIC_TITLES
+from mebench.report.gains import (KNOWN_CONTROLS, condition_roles, control_modes, controls_of,
+                                  gain_table, leaderboard_gain_columns)
+from mebench.report.leaderboard import agreement_auc_per_seed, leaderboard_table, log_budget_auc
+from mebench.report.load import CSV_COLUMNS, RunRecord, records_to_frame
+from mebench.report.stats import paired_bootstrap_ci
+
+BUDGETS = (1000, 10_000, 100_000)
+N_BOOT = 500
+
+
+def _record(attack: str, data_mode: str, seed: int, agreement: Sequence[float],
+            tracks: Sequence[str] = ("A",), label: str | None = None,
+            budgets: Sequence[int] = BUDGETS, track_shift: float = 0.0) -> RunRecord:
+    """One seed-run; Track B (if any) is ``track_shift`` above Track A at every budget."""
+    rows = []
+    for b, agr in zip(budgets, agreement):
+        for track in tracks:
+            v = agr + (track_shift if track == "B" else 0.0)
+            rows.append({"seed": seed, "checkpoint_B": b, "track": track, "acc_gt": v - 0.01,
+                         "agreement": v, "kl_mean": 1.0 - v, "l1_mean": (1.0 - v) / 10,
+                         "attack": attack, "data_mode": data_mode, "output_mode": "soft_prob",
+                         "victim_id": "mnist_lenet5_v1", "substitute_arch": "lenet5"})
+    attack_doc = {"name": attack, **({"label": label} if label else {})}
+    return RunRecord(rows=rows, summary={"attack": attack_doc, "dataset": {"name": "MNIST"}},
+                     run_name=label or attack, run_id="20250102-120000",
+                     source=f"{label or attack}/seed_{seed}")
+
+
+def _frame(records: list[RunRecord]) -> pd.DataFrame:
+    return records_to_frame(records)
+
+
+def _gain(gains: pd.DataFrame, label: str, control: str, metric: str = "agreement",
+          checkpoint: int | None = 10_000, track: str = "A") -> pd.Series:
+    sel = gains[(gains["label"] == label) & (gains["control_label"] == control)
+                & (gains["metric"] == metric) & (gains["track"] == track)]
+    sel = sel[sel["checkpoint_B"].isna()] if checkpoint is None else \
+        sel[sel["checkpoint_B"] == checkpoint]
+    assert len(sel) == 1, sel
+    return sel.iloc[0]
+
+
+BASE = {0: 0.40, 1: 0.55, 2: 0.47, 3: 0.61, 4: 0.35, 5: 0.52}
+"""Control agreement per seed: a large seed effect that pairing must cancel."""
+DELTA = {0: 0.10, 1: 0.12, 2: 0.08, 3: 0.11, 4: 0.09, 5: 0.13}
+"""Known per-seed gain of the attack over the control."""
+
+
+def _control_and_attack(seeds_ctl: Sequence[int], seeds_att: Sequence[int],
+                        data_mode: str = "surrogate") -> pd.DataFrame:
+    recs = [_record("random", data_mode, s, [BASE[s]] * 3) for s in seeds_ctl]
+    recs += [_record("activethief", data_mode, s, [BASE[s] + DELTA[s]] * 3,
+                     tracks=("A", "B"), label="activethief-kcenter", track_shift=-0.05)
+             for s in seeds_att]
+    return _frame(recs)
+
+
+def test_gain_is_the_paired_difference_with_a_bracketing_ci():
+    # contract 10: gain = mean over seeds of value(attack) - value(control), 95% bootstrap CI
+    gains = gain_table(_control_and_attack(range(6), range(6)), n_bootstrap=N_BOOT)
+    row = _gain(gains, "activethief-kcenter", "random")
+    deltas = np.array([DELTA[s] for s in range(6)])
+    assert row["gain_mean"] == pytest.approx(deltas.mean(), abs=1e-12)
+    assert row["ci_low"] <= row["gain_mean"] <= row["ci_high"]
+    assert row["ci_low"] >= deltas.min() - 1e-12 and row["ci_high"] <= deltas.max() + 1e-12
+    ctl = np.array([BASE[s] for s in range(6)])
+    ci = paired_bootstrap_ci(ctl, ctl + deltas, n_bootstrap=N_BOOT)  # the one bootstrap
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.ci_lower, ci.ci_upper))
+    assert row["n_seeds"] == 6 and row["seeds"] == "0;1;2;3;4;5"
+    assert bool(row["ci_excludes_zero"]) and row["control_attack"] == "random"
+    # lower-is-better metrics keep the raw sign: the attack's L1 is lower, the gain negative
+    l1 = _gain(gains, "activethief-kcenter", "random", metric="l1_mean")
+    assert l1["gain_mean"] == pytest.approx(-deltas.mean() / 10) and not l1["higher_is_better"]
+
+
+def test_seeds_are_paired_and_a_seed_missing_on_one_side_is_dropped():
+    # contract 10: seeds paired; seed 0 (control only) and seed 4 (attack only) are left out
+    gains = gain_table(_control_and_attack([0, 1, 2, 3], [1, 2, 3, 4]), n_bootstrap=N_BOOT)
+    row = _gain(gains, "activethief-kcenter", "random")
+    assert row["n_seeds"] == 3 and row["seeds"] == "1;2;3"
+    assert row["gain_mean"] == pytest.approx(np.mean([DELTA[s] for s in (1, 2, 3)]), abs=1e-12)
+    unpaired = (np.mean([BASE[s] + DELTA[s] for s in (1, 2, 3, 4)])
+                - np.mean([BASE[s] for s in (0, 1, 2, 3)]))
+    assert abs(row["gain_mean"] - unpaired) > 0.01  # an unpaired mean would differ
+
+
+def test_track_b_gain_is_taken_against_the_control_track_a():
+    # contract 8: controls report Track A only; attack Track A and B both use it
+    frame = _control_and_attack(range(3), range(3))
+    stray = _record("random", "surrogate", 0, [0.99] * 3, tracks=("B",))  # must be ignored
+    frame = pd.concat([frame, _frame([stray])], ignore_index=True)
+    gains = gain_table(frame, n_bootstrap=N_BOOT)
+    a = _gain(gains, "activethief-kcenter", "random", track="A")
+    b = _gain(gains, "activethief-kcenter", "random", track="B")
+    want = np.mean([DELTA[s] for s in range(3)])
+    assert a["gain_mean"] == pytest.approx(want) and b["gain_mean"] == pytest.approx(want - 0.05)
+    assert set(gains["control_track"]) == {"A"} and set(gains["track"]) == {"A", "B"}
+    assert "random" not in set(gains["label"])  # contract 6: a control gets no gain row
+
+
+def test_data_free_attacks_meet_data_free_controls_only():
+    # contract 6: each data mode is compared with its own controls, a gain per control
+    recs = [_record("random", "surrogate", s, [0.5] * 3) for s in range(3)]
+    recs += [_record("activethief", "surrogate", s, [0.6] * 3, label="activethief-kcenter")
+             for s in range(3)]
+    recs += [_record("dfme", "data_free", s, [0.35] * 3, tracks=("A", "B")) for s in range(3)]
+    recs += [_record("untrained_generator", "data_free", s, [0.20] * 3) for s in range(3)]
+    recs += [_record("smooth_noise", "data_free", s, [0.25] * 3) for s in range(3)]
+    gains = gain_table(_frame(recs), n_bootstrap=N_BOOT)
+    pairs = set(zip(gains["label"], gains["data_mode"], gains["control_label"]))
+    assert pairs == {("activethief-kcenter", "surrogate", "random"),
+                     ("dfme", "data_free", "untrained_generator"),
+                     ("dfme", "data_free", "smooth_noise")}
+    assert _gain(gains, "dfme", "untrained_generator", track="B")["gain_mean"] == \
+        pytest.approx(0.15)
+    assert _gain(gains, "dfme", "smooth_noise")["gain_mean"] == pytest.approx(0.10)
+
+
+def test_a_single_paired_seed_makes_no_interval_claim(tmp_path):
+    # contract 10: n < 2 -> no CI (NaN bounds, no "excludes 0"), the text says n<2
+    gains = gain_table(_control_and_attack([0, 1], [1, 2]), n_bootstrap=N_BOOT)
+    row = _gain(gains, "activethief-kcenter", "random")
+    assert row["n_seeds"] == 1 and row["gain_mean"] == pytest.approx(DELTA[1])
+    assert math.isnan(row["ci_low"]) and math.isnan(row["ci_high"])
+    assert row["ci_excludes_zero"] is None and row["note"].startswith("n<2")
+    auc = _gain(gains, "activethief-kcenter", "random", metric="agreement_auc", checkpoint=None)
+    assert auc["n_seeds"] == 1 and math.isnan(auc["ci_low"])
+
+
+def test_controls_are_named_by_attack_not_by_label():
+    # contract 6: a relabelled control is a control; an attack labelled "random" is not
+    recs = [_record("random", "surrogate", s, [BASE[s]] * 3, label="uniform-pool")
+            for s in range(3)]
+    recs += [_record("activethief", "surrogate", s, [BASE[s] + DELTA[s]] * 3, label="random")
+             for s in range(3)]
+    frame = _frame(recs)
+    roles = condition_roles(frame).set_index("label")["role"]
+    assert roles.to_dict() == {"uniform-pool": "control", "random": "attack"}
+    gains = gain_table(frame, n_bootstrap=N_BOOT)
+    assert set(zip(gains["label"], gains["control_label"])) == {("random", "uniform-pool")}
+
+
+def test_the_registry_declares_controls_with_a_fallback_for_unknown_names():
+    # contract 6: null_control_for on the attack class wins; unknown names use the table
+    assert control_modes("random") == ATTACKS.get("random").null_control_for
+    assert control_modes("dfme") == frozenset() and control_modes("no-such-attack") == frozenset()
+    for name, modes in KNOWN_CONTROLS.items():
+        assert control_modes(name) == modes
+    assert {"untrained_generator", "smooth_noise"} <= set(controls_of("data_free"))
+
+    class FlatNoise(Attack):
+        name = "report_test_flat_noise"
+        data_modes = frozenset({"data_free"})
+        null_control_for = frozenset({"data_free"})
+
+        def propose(self, k, state):  # pragma: no cover - never run
+            raise NotImplementedError
+
+    ATTACKS.register(FlatNoise.name)(FlatNoise)
+    try:
+        assert control_modes(FlatNoise.name) == frozenset({"data_free"})
+        assert FlatNoise.name in controls_of("data_free")
+    finally:
+        ATTACKS.unregister(FlatNoise.name)
+
+
+def test_auc_gain_integrates_both_sides_over_the_same_checkpoints():
+    # design: the leaderboard number's gain compares AUCs over one common log-budget span
+    budgets = (1000, 10_000, 100_000, 1_000_000)
+    recs = [_record("random", "surrogate", s, [0.3, 0.4, 0.5], budgets=budgets[:3])
+            for s in range(3)]
+    recs += [_record("activethief", "surrogate", s, [0.35, 0.5, 0.6, 0.9], budgets=budgets)
+             for s in range(3)]
+    gains = gain_table(_frame(recs), n_bootstrap=N_BOOT)
+    row = _gain(gains, "activethief", "random", metric="agreement_auc", checkpoint=None)
+    want = log_budget_auc(budgets[:3], np.array([0.35, 0.5, 0.6])) - \
+        log_budget_auc(budgets[:3], np.array([0.3, 0.4, 0.5]))
+    assert row["gain_mean"] == pytest.approx(float(want))
+    assert (row["span_lo"], row["span_hi"]) == (1000, 100_000)
+    assert not (gains["checkpoint_B"] == 1_000_000).any()  # the control never got there
+
+
+shifts = st.floats(-0.5, 0.5, allow_nan=False, allow_infinity=False)
+seed_values = st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=8)
+
+
+# contract 10 (property): an attack equal to the control shifted by c has gain c, CI [c, c]
+@settings(max_examples=30, deadline=None)
+@given(seed_values, shifts)
+def test_gain_of_a_shifted_control_is_the_shift(values, c):
+    recs = [_record("random", "seed", s, [v] * 3) for s, v in enumerate(values)]
+    recs += [_record("activethief", "seed", s, [v + c] * 3, tracks=("A", "B"))
+             for s, v in enumerate(values)]
+    gains = gain_table(_frame(recs), n_bootstrap=200)
+    assert len(gains) == 2 * (1 + 4 * len(BUDGETS))  # both tracks: AUC + 4 metrics × budgets
+    for metric in ("agreement", "acc_gt", "agreement_auc"):
+        point = None if metric == "agreement_auc" else 1000
+        row = _gain(gains, "activethief", "random", metric=metric, checkpoint=point)
+        assert row["gain_mean"] == pytest.approx(c, abs=1e-9)
+        assert row["ci_low"] == pytest.approx(c, abs=1e-9) == row["ci_high"]
+        assert row["n_seeds"] == len(values)
+    l1 = _gain(gains, "activethief", "random", metric="l1_mean", checkpoint=1000)
+    assert l1["gain_mean"] == pytest.approx(-c / 10, abs=1e-9)
+
+
+def test_leaderboard_columns_hold_the_auc_and_final_checkpoint_gains():
+    # contract 16: one leaderboard row per (attack, track); gains as numbers, per control
+    frame = _control_and_attack(range(4), range(4))
+    gains = gain_table(frame, n_bootstrap=N_BOOT)
+    board = leaderboard_gain_columns(leaderboard_table(agreement_auc_per_seed(frame)), gains,
+                                     condition_roles(frame))
+    assert len(board) == 3  # random A, activethief A and B
+    by = board.set_index(["label", "track"])
+    ctl_auc = by.loc[("random", "A"), "auc_mean"]
+    for track, shift in (("A", 0.0), ("B", -0.05)):
+        row = by.loc[("activethief-kcenter", track)]
+        assert row["role"] == "attack" and row["attack"] == "activethief"
+        assert row["gain_vs_random_auc"] == pytest.approx(row["auc_mean"] - ctl_auc)
+        assert row["gain_vs_random_final_B"] == 100_000
+        assert row["gain_vs_random_final"] == pytest.approx(
+            np.mean([DELTA[s] for s in range(4)]) + shift)
+        assert row["gain_vs_random_auc_ci_low"] <= row["gain_vs_random_auc"] \
+            <= row["gain_vs_random_auc_ci_high"]
+    control = by.loc[("random", "A")]
+    assert control["role"] == "control" and pd.isna(control["gain_vs_random_auc"])
+
+
+def _write_runs(root: Path, records: list[RunRecord]) -> None:
+    for rec in records:
+        folder = root / rec.run_name / rec.run_id / rec.source.split("/")[-1]
+        folder.mkdir(parents=True)
+        pd.DataFrame(rec.rows, columns=list(CSV_COLUMNS)).to_csv(folder / "metrics.csv",
+                                                                 index=False)
+        (folder / "summary.json").write_text(json.dumps(dict(rec.summary)))
+
+
+def test_report_writes_gains_files_and_leaderboard_columns(tmp_path):
+    # contract 16: gains.csv|md|json; numbers stay numbers; leaderboard shows the gain
+    recs = [_record("random", "surrogate", s, [BASE[s]] * 3) for s in range(3)]
+    recs += [_record("activethief", "surrogate", s, [BASE[s] + DELTA[s]] * 3,
+                     tracks=("A", "B"), label="activethief-kcenter") for s in range(3)]
+    recs += [_record("dfme", "data_free", 0, [0.3] * 3),
+             _record("untrained_generator", "data_free", 0, [0.2] * 3)]
+    _write_runs(tmp_path, recs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        files = write_report(tmp_path, n_bootstrap=N_BOOT)
+    assert {"gains_csv", "gains_md", "gains_json"} <= set(files)
+    doc = json.loads(files["gains_json"].read_text())
+    assert doc["definitions"]["control_track"].endswith("Track A, for attack Track A and Track B")
+    rows = doc["rows"]
+    assert len(rows) == len(pd.read_csv(files["gains_csv"]))
+    assert all(isinstance(r["gain_mean"], float) and isinstance(r["n_seeds"], int) for r in rows)
+    single = [r for r in rows if r["label"] == "dfme"]
+    assert single and all(r["ci_low"] is None and r["ci_excludes_zero"] is None for r in single)
+    md = files["gains_md"].read_text()
+    dfme_lines = [ln for ln in md.splitlines() if ln.startswith("| dfme ")]
+    assert dfme_lines and all("| n<2 | n<2 |" in ln and "yes" not in ln for ln in dfme_lines)
+    board = json.loads(files["leaderboard_json"].read_text())["rows"]
+    kc = next(r for r in board if r["label"] == "activethief-kcenter" and r["track"] == "B")
+    assert isinstance(kc["gain_vs_random_auc"], float) and kc["gain_vs_random_auc_n_seeds"] == 3
+    lb = files["leaderboard_md"].read_text()
+    assert "— (control)" in lb and "vs random" in lb and "(n<2) vs untrained_generator" in lb
+    assert "Gain over the null control" in files["comparisons_md"].read_text()
+
+
+def test_l1_mean_is_named_as_mae_over_classes():
+    # contract 1.3: l1_mean = mean over examples and classes of |p_v - p_s| (L1 / K)
+    assert "MAE over classes" in METRIC_TITLES["l1_mean"]
