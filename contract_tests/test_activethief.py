@@ -7,7 +7,10 @@ oracle and query store.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +21,7 @@ from torch import nn
 from mebench.attacks import ATTACKS, AttackContext
 from mebench.attacks import activethief as at
 from mebench.attacks import selection as sel
-from mebench.config import build_dataclass
+from mebench.config import build_dataclass, load_config
 from mebench.data.cache import QueryStore
 from mebench.data.pools import Pool
 from mebench.data.profiles import get_profile
@@ -163,6 +166,73 @@ def test_params_validation():
         build_dataclass(at.ActiveThiefParams, {"strategie": "dfal"}, "attack.params")
     p = build_dataclass(at.ActiveThiefParams, {"optimizer": {"name": "adam", "lr": 0.01}}, "attack.params")
     assert p.optimizer.lr == 0.01 and p.optimizer.name == "adam"
+    for key, bad in [("dfal_space", "softmax"), ("dfal_step", "deepfool")]:
+        with pytest.raises(ConfigError, match=key):
+            at.ActiveThief.check_params(at.ActiveThiefParams(**{key: bad}), 1000, (1000,))
+
+
+REFERENCE_LINE = re.compile(r"^- (?P<field>[a-z_]+(?:\.[a-z_]+)?) = (?P<value>\S+)  \((?P<source>.+)\)$")
+
+
+def _cited_reference_values() -> dict[str, object]:
+    """``- field = value  (source)`` lines of the module docstring; every ``- `` line must parse."""
+    cited: dict[str, object] = {}
+    for line in (at.__doc__ or "").splitlines():
+        if not line.startswith("- "):
+            continue
+        m = REFERENCE_LINE.match(line)
+        assert m, f"reference line does not parse: {line!r}"
+        assert m["field"] not in cited, f"{m['field']} cited twice"
+        assert re.search(r"\bpaper\b|[\w/]+\.(py|md):\d+", m["source"]), f"no paper or file:line in {line!r}"
+        cited[m["field"]] = ast.literal_eval(m["value"])
+    return cited
+
+
+# contract 8 (Track B runs the attack's native loop): the native loop's defaults are the authors'
+# procedure, and every procedure field cites its source in the module docstring.
+def test_defaults_are_the_cited_reference_values():
+    cited = _cited_reference_values()
+    fields = {f.name for f in dataclasses.fields(at.ActiveThiefParams)} - set(at.NOT_PROCEDURE)
+    required = (fields - {"optimizer"}) | {"optimizer.name", "optimizer.lr", "optimizer.weight_decay"}
+    assert set(cited) == required
+    defaults = at.ActiveThiefParams()
+    for field, value in cited.items():
+        default = defaults
+        for part in field.split("."):
+            default = getattr(default, part)
+        assert (default, type(default)) == (value, type(value)), field
+
+
+def _authors_deepfool_norm(model: nn.Module, x: torch.Tensor, steps: int = 20, eta: float = 0.01) -> float:
+    """One image, written out step by step as the authors' batch DeepFool does it (softmax, all classes)."""
+    prob = lambda v: torch.softmax(model(v[None]), dim=1)[0]  # noqa: E731
+    k0 = int(prob(x).argmax())
+    z = torch.zeros_like(x)
+    for _ in range(steps):
+        xadv = (x + (1 + eta) * z).clamp(0, 1)
+        y = prob(xadv).detach()
+        g = torch.autograd.functional.jacobian(prob, xadv).flatten(1)  # [K, D]
+        a, b = (y - y[k0]).abs(), g - g[k0]
+        score = a / b.norm(dim=1)
+        score[torch.isnan(score)] = float("inf")  # 0/0 (the class k0 itself) is never chosen
+        j = int(score.argmin())
+        z = z + score[j] * b[j].view_as(x)
+    return float(((x + (1 + eta) * z).clamp(0, 1) - x).norm())
+
+
+def test_default_deepfool_is_the_authors_procedure():
+    torch.manual_seed(0)
+    model = tiny().eval()
+    x = 0.2 + 0.6 * torch.rand((12, *SHAPE), generator=torch.Generator().manual_seed(1))
+    p = at.ActiveThiefParams()
+    norms = sel.deepfool_batch(model, x, max_iter=p.dfal_max_iter, overshoot=p.dfal_overshoot,
+                               num_classes=p.dfal_classes, space=p.dfal_space, early_stop=p.dfal_early_stop,
+                               step=p.dfal_step)
+    expected = torch.tensor([_authors_deepfool_norm(model, xi) for xi in x])
+    torch.testing.assert_close(norms, expected, rtol=1e-4, atol=1e-5)
+    textbook = sel.deepfool_batch(model, x, max_iter=20, overshoot=0.02, space="logits", early_stop=True,
+                                  step="boundary")
+    assert not torch.allclose(norms, textbook)  # the options select a different procedure
 
 
 # Strategy cases below: each selection is forced, where a uniform random pick of k of m
@@ -186,7 +256,8 @@ def test_k_center_picks_far_outlier_then_covers_clusters():
 def test_deepfool_matches_linear_distance_and_dfal_picks_nearest():
     lin = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
     x = 0.4 + 0.2 * torch.rand((64, *SHAPE), generator=torch.Generator().manual_seed(0))
-    norms = sel.deepfool_batch(lin, x, max_iter=20, overshoot=0.02, num_classes=None)
+    norms = sel.deepfool_batch(lin, x, max_iter=20, overshoot=0.02, num_classes=None, space="logits",
+                               early_stop=True, step="boundary")
     with torch.no_grad():
         f, w = lin(x), lin[1].weight
         k = f.argmax(1)
@@ -276,3 +347,24 @@ def test_engine_run_reports_both_tracks(make_cfg):
     assert sorted((r["checkpoint_B"], r["track"]) for r in seed.rows) == [(200, "A"), (200, "B"), (500, "A"), (500, "B")]
     assert all(0.0 <= r["agreement"] <= 1.0 for r in seed.rows)
     assert not (seed.directory / ".query_cache").exists()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = [ROOT / "configs" / "mnist_lenet5_activethief.yaml", *sorted((ROOT / "configs" / "activethief").glob("*.yaml"))]
+
+
+# contract 8 (Track B is the attack's own procedure): a config labelled like the paper runs the
+# authors' procedure; one that deviates says so in its label (-fast) and gives each deviation's
+# reference value in a comment.
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_config_label_tells_paper_preset_from_fast_variant(path):
+    cfg = load_config(path, check_files=False)
+    assert cfg.attack.name == "activethief"
+    deviations = set(cfg.attack.params) - {"strategy"}
+    if not cfg.attack.label.endswith("-fast"):
+        assert not deviations, f"{path.name}: a paper preset overrides {sorted(deviations)}"
+        return
+    assert deviations
+    text = path.read_text()
+    for key in deviations:
+        assert re.search(rf"^\s+{key}:.*# (paper|authors' code)\b", text, re.M), f"{path.name}: {key} uncommented"

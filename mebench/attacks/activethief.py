@@ -1,55 +1,51 @@
-"""ActiveThief: pool-based active learning for model extraction.
+"""ActiveThief (Pal et al., AAAI 2020): pool-based active learning for model extraction.
 
-Pal, Gupta, Shukla, Kanade, Shevade, Ganapathy. "ActiveThief: Model Extraction
-Using Active Learning and Unannotated Public Data", AAAI 2020
-(https://ojs.aaai.org/index.php/AAAI/article/view/5432). The authors' code is
-github.com/shukla-aditya-csa/activethief (``utils/model.py``, ``sss/*``).
+A random seed set and a random validation set are queried first; then, round
+after round, the substitute is trained from scratch on everything labelled so
+far (Adam, early stopping on the validation macro-F1 against the victim's
+labels, best epoch kept), it scores the unlabelled pool, and the strategy
+(``mebench.attacks.selection``) picks the next round's images. Every
+checkpoint ends a round (``schedule``, see ``plan_schedule``). The README tells
+the long story: schedules, where the paper and the authors' code differ, and
+the named fast variants.
 
-The native loop (section "ActiveThief", Fig. 2 of the paper): query a random
-initial seed set and a random validation set; then, in rounds, train the
-substitute *from scratch* on everything labelled so far (early stopping on the
-validation set), score the unlabelled pool with it, query the ``k`` images the
-strategy picks, and repeat. Strategies (section "Active learning strategies";
-``mebench.attacks.selection``): ``random``, ``uncertainty`` (max entropy of the
-substitute softmax), ``k_center`` (greedy core-set in the substitute's
-probability space, labelled training points as initial centers), ``dfal``
-(smallest DeepFool perturbation) and ``dfal_k_center`` (DFAL keeps the
-``rho`` candidates nearest the boundary, k-center picks among them).
+Paper: https://ojs.aaai.org/index.php/AAAI/article/view/5432 (sections
+"Experimental Setup" and "Training regime"). Code: the authors'
+github.com/shukla-aditya-csa/activethief at commit 35a505d; ``file:line`` below
+is in that repository. The defaults of ``ActiveThiefParams`` are these values,
+one ``- field = default  (source)`` per line (checked by a contract test):
 
-Defaults follow the paper's experimental setup ("Training regime"): initial
-seed 10 % and validation 20 % of the budget, 10 rounds, Adam (lr 1e-3) with an
-L2 penalty of 1e-3 (``weight_decay``), batch size 150, at most 1000 epochs,
-early stopping with patience 100 epochs on the validation macro-F1 against the
-victim's labels, the best epoch kept; ``rho`` = the total budget (authors'
-code). Where the paper is silent or the benchmark needs more, choices are:
+- initial_fraction = 0.1  (paper, Experimental Setup: initial seed = 10 % of the budget)
+- val_fraction = 0.2  (paper, Experimental Setup: validation = 20 % of the budget)
+- rounds = 10  (README.md:15 --num_iter 10; utils/model.py:344)
+- max_epochs = 1000  (paper, Training regime; cfg.py:45)
+- batch_size = 150  (paper, Training regime, images; cfg.py:43 defaults to 50, the paper's text value)
+- patience = 100  (paper, Training regime, images; cfg.py:47 defaults to 20, the paper's text value)
+- optimizer.name = "adam"  (generic_program.py:186-187; paper, Training regime)
+- optimizer.lr = 0.001  (generic_program.py:187, Adam's default; paper, Training regime)
+- optimizer.weight_decay = 0.001  (paper, Training regime: L2 0.001; models/cnn.py:87 declares it but models/nn.py:89-94 leaves it out of the loss)
+- max_steps = None  (no step cap: utils/model.py:385)
+- candidate_factor = None  (the whole unlabelled pool is scored: utils/model.py:483-499, 509-517)
+- dfal_prefilter = None  (rho = the total budget: utils/model.py:274, 515)
+- dfal_max_iter = 20  (sss/adversarial_sss.py:36, 48)
+- dfal_early_stop = False  (fixed iterations: attacks/deepfool.py:31, 66-68, 185-186)
+- dfal_space = "probs"  (softmax: attacks/deepfool.py:195, models/nn.py:113)
+- dfal_classes = None  (all classes: attacks/deepfool.py:197)
+- dfal_overshoot = 0.01  (eta: attacks/deepfool.py:31, 81, 189)
+- dfal_step = "gap"  (dx = |dp|/||dg|| * dg: attacks/deepfool.py:204-217)
 
-- *Schedule* (``schedule``). ``per_checkpoint`` (default) plans every
-  checkpoint segment like a paper run of that size: the first segment starts
-  with its seed and validation queries, later segments run their rounds and end
-  with their share of random validation queries, so at every checkpoint B
-  20 % of D_B is random validation and D_B does not depend on later
-  checkpoints. ``max_budget`` plans one paper run for the whole budget; a
-  round that straddles a checkpoint is cut there. Either way every checkpoint is
-  a round boundary, and ``next_batch_size`` returns the rest of the round.
-- *Validation* images are queried through the oracle like every other image
-  and are part of D_B; they are used only for early stopping.
-- *Candidates* (``candidate_factor``): ``None`` scores the whole unlabelled
-  pool (paper); a number ``f`` scores a fresh uniform sample of ``ceil(f * k)``
-  unlabelled images for a round of ``k``, to bound the cost of scoring (and of
-  DeepFool) on slow hardware. With a sample, ``dfal_prefilter`` (``rho``) is
-  clipped to the sample size, so set it below the sample for ``dfal_k_center``.
-- *DeepFool* (``dfal_*``): standard DeepFool on the logits, per-image early
-  exit, max 20 iterations (authors' code), overshoot 0.02 (DeepFool's
-  default), optionally restricted to the top ``dfal_classes`` classes
-  (DeepFool's reference code does the same). The authors ran a fixed 20
-  iterations on the softmax instead.
-- *Substitute* architecture is the configured one (the paper's dropout is part
-  of its own CNNs, not of this attack). ``max_steps`` optionally caps the
-  optimizer steps of one round's training (``None``: the paper's epoch limit).
-- *Soft labels*: the native loop uses the benchmark's loss for the output mode
-  (KL to the victim's probabilities, which has the same gradient as the paper's
-  soft cross-entropy; cross-entropy for ``hard_top1``). Selection always uses the
-  substitute's own softmax, whatever the oracle returns.
+Fixed behaviour, with its source: validation macro-F1 on the victim's argmax
+(utils/model.py:430, 121-154), best epoch restored (utils/model.py:432-437,
+457), retrained from scratch each round (utils/model.py:349-351); uncertainty
+is the entropy of the substitute's softmax (sss/uncertainty_sss.py:36-37);
+k-center is greedy in the substitute's softmax space with L2 distance, its
+initial centers the labelled training images (utils/model.py:243-254, 513;
+utils/kcenter.py:30-39; sss/kcenter_sss.py:56-72); DFAL ranks by the size of
+the final perturbation (sss/adversarial_sss.py:51-59, 91). Not parameters
+here: dropout belongs to the substitute architecture (paper 0.1; the code's
+cfg.py:37 keeps 0.5), and the loss follows the output mode (the KL used for
+``soft_prob`` has the gradient of the authors' soft cross-entropy,
+models/nn.py:87-89).
 """
 
 from __future__ import annotations
@@ -74,13 +70,18 @@ if TYPE_CHECKING:
     from mebench.state import EngineState
 
 STRATEGIES = ("random", "uncertainty", "k_center", "dfal", "dfal_k_center")
+# Fields that choose *what* to run, not how the authors ran it: no reference value.
+NOT_PROCEDURE = ("strategy", "schedule", "chunk_size")
 SCHEDULES = ("per_checkpoint", "max_budget")
 RANDOM_KINDS = ("seed", "val")
 
 
 @dataclass(frozen=True)
 class ActiveThiefParams:
-    """``attack.params`` of ActiveThief; defaults are the paper's (see the module docstring)."""
+    """``attack.params`` of ActiveThief; the defaults are the authors' procedure (module docstring).
+
+    ``strategy`` and ``schedule`` choose the variant; ``chunk_size`` only bounds memory.
+    """
 
     strategy: str = "k_center"
     schedule: str = "per_checkpoint"
@@ -95,8 +96,11 @@ class ActiveThiefParams:
     candidate_factor: Optional[float] = None
     dfal_prefilter: Optional[int] = None
     dfal_max_iter: int = 20
-    dfal_overshoot: float = 0.02
+    dfal_early_stop: bool = False
+    dfal_space: str = "probs"
     dfal_classes: Optional[int] = None
+    dfal_overshoot: float = 0.01
+    dfal_step: str = "gap"
     chunk_size: int = 4096
 
 
@@ -248,6 +252,8 @@ class ActiveThief(Attack):
             ("dfal_prefilter", p.dfal_prefilter is None or p.dfal_prefilter >= 1, "must be null or >= 1"),
             ("dfal_max_iter", p.dfal_max_iter >= 1, "must be >= 1"),
             ("dfal_overshoot", p.dfal_overshoot >= 0, "must be >= 0"),
+            ("dfal_space", p.dfal_space in sel.DFAL_SPACES, f"must be one of {', '.join(sel.DFAL_SPACES)}"),
+            ("dfal_step", p.dfal_step in sel.DFAL_STEPS, f"must be one of {', '.join(sel.DFAL_STEPS)}"),
             ("dfal_classes", p.dfal_classes is None or p.dfal_classes >= 2, "must be null or >= 2"),
             ("chunk_size", p.chunk_size >= 1, "must be >= 1"),
         ]
@@ -336,6 +342,7 @@ class ActiveThief(Attack):
         if p.strategy in ("dfal", "dfal_k_center"):
             norms = sel.deepfool_norms(model, self._load, cand, max_iter=p.dfal_max_iter,
                                        overshoot=p.dfal_overshoot, num_classes=p.dfal_classes,
+                                       space=p.dfal_space, early_stop=p.dfal_early_stop, step=p.dfal_step,
                                        chunk=min(p.chunk_size, 1024))
             if p.strategy == "dfal":
                 return cand[sel.stable_topk(norms, k, largest=False)]
@@ -348,4 +355,4 @@ class ActiveThief(Attack):
 
 
 __all__ = ["ActiveThief", "ActiveThiefParams", "Phase", "plan_schedule", "fit_substitute", "macro_f1",
-           "STRATEGIES", "SCHEDULES"]
+           "STRATEGIES", "SCHEDULES", "NOT_PROCEDURE"]

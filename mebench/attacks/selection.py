@@ -11,9 +11,12 @@ fits in a few GiB, and runs on whatever device the model and tensors live on.
   in the substitute's output-probability space with L2 distance; the labelled
   training points are the initial centers.
 - ``deepfool_norms``: the L2 size of a DeepFool perturbation (Moosavi-Dezfooli
-  et al., CVPR 2016) that flips the substitute's label; DFAL (Ducoffe &
-  Precioso 2018) queries the candidates with the smallest one, i.e. those
-  nearest the substitute's decision boundary.
+  et al., CVPR 2016) of each candidate; DFAL (Ducoffe & Precioso 2018) queries
+  the candidates with the smallest one, i.e. those nearest the substitute's
+  decision boundary. By default it follows the ActiveThief authors' code (a
+  fixed number of steps on the softmax over all classes, see
+  ``mebench.attacks.activethief``); textbook DeepFool on the logits with an
+  early exit at the flip is an option.
 """
 
 from __future__ import annotations
@@ -94,62 +97,92 @@ def k_center_greedy(cand: torch.Tensor, centers: torch.Tensor, k: int, chunk: in
     return picks
 
 
-def _deepfool_step(model: nn.Module, x0: torch.Tensor, r: torch.Tensor, k0: torch.Tensor,
-                   rivals: torch.Tensor, overshoot: float) -> torch.Tensor:
-    """One DeepFool iteration on images not yet flipped: the new accumulated perturbation.
+DFAL_SPACES = ("probs", "logits")
+DFAL_STEPS = ("gap", "boundary")
 
-    Linearizes ``f_j - f_k0`` around the current adversarial image for every
-    rival ``j`` and steps onto the nearest linearized boundary (plus 1e-4).
+
+def _outputs(model: nn.Module, x: torch.Tensor, space: str) -> torch.Tensor:
+    logits = model(x)
+    return F.softmax(logits, dim=1) if space == "probs" else logits
+
+
+def _perturbed(x0: torch.Tensor, r: torch.Tensor, overshoot: float) -> torch.Tensor:
+    return (x0 + (1.0 + overshoot) * r).clamp(0.0, 1.0)
+
+
+def _deepfool_step(model: nn.Module, x0: torch.Tensor, r: torch.Tensor, k0: torch.Tensor,
+                   rivals: torch.Tensor, overshoot: float, space: str, step: str) -> torch.Tensor:
+    """One DeepFool iteration for a batch: the new accumulated perturbation.
+
+    Linearizes ``f_j - f_k0`` (``f``: softmax or logits) around the current
+    perturbed image for every rival ``j``, picks the rival with the smallest
+    ``|f_j - f_k0| / ||grad||`` and moves along that gradient difference: by
+    ``|f_j - f_k0| / ||grad||`` times the gradient difference (``gap``, a step
+    of length ``|f_j - f_k0|``) or onto the linearized boundary plus 1e-4
+    (``boundary``, Moosavi-Dezfooli et al.). A rival with a zero gradient
+    difference and a zero gap is skipped; a row left with no finite choice gets
+    a non-finite step, which the caller treats as "never reaches a boundary".
     """
-    xa = (x0 + (1.0 + overshoot) * r).clamp(0.0, 1.0).requires_grad_(True)
-    logits = model(xa)
-    f = logits.gather(1, rivals) - logits.gather(1, k0[:, None])  # [b, c]: < 0 before the flip
+    xa = _perturbed(x0, r, overshoot).requires_grad_(True)
+    out = _outputs(model, xa, space)
+    f = out.gather(1, rivals) - out.gather(1, k0[:, None])  # [b, c-1]
     grads = [torch.autograd.grad(f[:, j].sum(), xa, retain_graph=j + 1 < f.shape[1])[0].flatten(1)
              for j in range(f.shape[1])]
-    w = torch.stack(grads, dim=1)  # [b, c, D]
-    w_norm = torch.linalg.vector_norm(w, dim=2).clamp_min(1e-12)
+    w = torch.stack(grads, dim=1)  # [b, c-1, D]
+    w_norm = torch.linalg.vector_norm(w, dim=2)
     ratio = f.detach().abs() / w_norm
+    ratio = torch.where(torch.isnan(ratio), torch.full_like(ratio, float("inf")), ratio)
     best = ratio.argmin(dim=1)
     ar = torch.arange(best.numel(), device=best.device)
-    step = ((ratio[ar, best] + 1e-4) / w_norm[ar, best])[:, None] * w[ar, best]
-    return (r + step.view_as(r)).detach()
+    scale = ratio[ar, best] if step == "gap" else (ratio[ar, best] + 1e-4) / w_norm[ar, best]
+    return (r + (scale[:, None] * w[ar, best]).view_as(r)).detach()
 
 
-def deepfool_batch(model: nn.Module, x: torch.Tensor, max_iter: int, overshoot: float,
-                   num_classes: int | None) -> torch.Tensor:
-    """L2 norm of the DeepFool perturbation of each image in ``x`` (inf if no flip in ``max_iter``).
+def deepfool_batch(model: nn.Module, x: torch.Tensor, *, max_iter: int, overshoot: float,
+                   num_classes: int | None = None, space: str = "probs", early_stop: bool = False,
+                   step: str = "gap") -> torch.Tensor:
+    """L2 norm of the DeepFool perturbation of each image in ``x``; smaller = nearer the boundary.
 
-    Standard multi-class DeepFool on the logits, with the adversarial image kept
-    in [0, 1]. Rival classes are the ``num_classes - 1`` runners-up of the clean
-    logits (all other classes when ``None``), as in DeepFool's reference code.
-    Flipped images leave the batch, so the cost follows the hard ones.
+    The perturbed image ``clip(x + (1 + overshoot) r, 0, 1)`` is linearized in
+    ``space`` (``probs``: the substitute's softmax, ``logits``). Rivals of the
+    clean top class are the ``num_classes - 1`` runners-up (all other classes
+    when ``None``). Without ``early_stop`` every image takes exactly
+    ``max_iter`` steps and the norm is that of the final perturbation; with it
+    an image leaves the batch when its label flips (norm at the flip) and
+    keeps ``inf`` if it never flips. A non-finite perturbation gives ``inf``.
     """
     with torch.no_grad():
-        logits = model(x)
-    c = logits.shape[1] if num_classes is None else max(2, min(num_classes, logits.shape[1]))
-    top = logits.topk(c, dim=1).indices
+        out = _outputs(model, x, space)
+    c = out.shape[1] if num_classes is None else max(2, min(num_classes, out.shape[1]))
+    top = out.topk(c, dim=1).indices
     k0, rivals = top[:, 0], top[:, 1:]
     norms = torch.full((x.shape[0],), float("inf"), device=x.device)
     r = torch.zeros_like(x)
     live = torch.arange(x.shape[0], device=x.device)
-    for it in range(max_iter + 1):
-        if it > 0:
+    for _ in range(max_iter):
+        with torch.enable_grad():
+            r[live] = _deepfool_step(model, x[live], r[live], k0[live], rivals[live], overshoot, space, step)
+        live = live[torch.isfinite(r[live].flatten(1)).all(dim=1)]
+        if early_stop:
             with torch.no_grad():
-                x_adv = (x[live] + (1.0 + overshoot) * r[live]).clamp(0.0, 1.0)
+                x_adv = _perturbed(x[live], r[live], overshoot)
                 done = model(x_adv).argmax(dim=1) != k0[live]
                 norms[live[done]] = torch.linalg.vector_norm((x_adv[done] - x[live[done]]).flatten(1), dim=1)
             live = live[~done]
-        if it == max_iter or live.numel() == 0:
+        if live.numel() == 0:
             break
-        with torch.enable_grad():
-            r[live] = _deepfool_step(model, x[live], r[live], k0[live], rivals[live], overshoot)
+    if not early_stop:
+        final = _perturbed(x[live], r[live], overshoot) - x[live]
+        norms[live] = torch.linalg.vector_norm(final.flatten(1), dim=1)
     return norms
 
 
 def deepfool_norms(model: nn.Module, load: ImageLoader, index: torch.Tensor, *, max_iter: int,
-                   overshoot: float, num_classes: int | None, chunk: int) -> torch.Tensor:
-    """DeepFool perturbation norms of the images ``load(index)``, ``chunk`` images at a time."""
+                   overshoot: float, num_classes: int | None, space: str, early_stop: bool, step: str,
+                   chunk: int) -> torch.Tensor:
+    """``deepfool_batch`` norms of the images ``load(index)``, ``chunk`` images at a time."""
     model.eval()
-    parts = [deepfool_batch(model, load(index[s]), max_iter, overshoot, num_classes)
+    parts = [deepfool_batch(model, load(index[s]), max_iter=max_iter, overshoot=overshoot,
+                            num_classes=num_classes, space=space, early_stop=early_stop, step=step)
              for s in _chunks(int(index.numel()), chunk)]
     return torch.cat(parts)
