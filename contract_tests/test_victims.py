@@ -68,3 +68,34 @@ def test_cifar_recipe_code_path_on_synthetic_data(tmp_path, monkeypatch):
     assert side["sha256"] == sha256_file(out) == meta["sha256"]
     obj = torch.load(out, weights_only=True)
     assert obj["arch"] == "simple_cnn" and obj["num_classes"] == 10
+
+
+def test_bare_state_dict_loads_with_victim_arch(make_cfg, synth_victim_path, tmp_path):
+    # contract 4: a bare state_dict is a victim when victim.arch names its architecture
+    bare = tmp_path / "bare.pt"
+    torch.save(torch.load(synth_victim_path, weights_only=True)["state_dict"], bare)
+    ref, _ = load_victim_module(make_cfg().victim, 4)
+    model, meta = load_victim_module(make_cfg(victim={"checkpoint_ref": str(bare), "arch": "tiny_mlp"}).victim, 4)
+    x = torch.rand(8, 1, 8, 8)
+    assert torch.equal(model.eval()(x), ref.eval()(x)) and meta["arch"] == "tiny_mlp"
+
+
+def test_validation_reads_each_victim_file_version_once(make_cfg, synth_victim_path, tmp_path, monkeypatch):
+    # contract 4, 15.2: validate(check_files=True) loads the checkpoint (weights only) before any work,
+    # once per file version, so a grid of many cells does not re-read it
+    from mebench.config import validate
+
+    path = tmp_path / "v.pt"
+    path.write_bytes(Path(synth_victim_path).read_bytes())
+    cfg = make_cfg(victim={"checkpoint_ref": str(path)})
+    calls = []
+    orig = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: calls.append(k.get("weights_only")) or orig(*a, **k))
+    validate(cfg)
+    validate(cfg)
+    assert calls == [True]
+    tmp = tmp_path / "v2.pt"
+    tmp.write_bytes(path.read_bytes())
+    tmp.replace(path)  # a new file version (as a retrained victim would be)
+    validate(cfg)
+    assert calls == [True, True]

@@ -3,6 +3,7 @@
 Config mistakes exit with status 2 and one line ``mebench: config error: ...``
 before any data is read or any run folder is created; other failures exit 1
 with one line naming the error (the seed's ``summary.json`` records it too).
+Without ``--threads`` the torch thread count comes from ``default_threads``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mebench.errors import ConfigError, MebenchError
+from mebench.errors import ConfigError, MebenchError, OutputExistsError
 
 
 def _int_list(text: str) -> list[int]:
@@ -38,9 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budgets", type=_int_list, help="override the checkpoints (max budget = largest)")
     r.add_argument("--device", help="override run.device: cpu, cuda or cuda:N")
     r.add_argument("--data-root", help="dataset folder (default: $MEBENCH_DATA_ROOT)")
+    r.add_argument("--download", action="store_true", help="let torchvision download missing datasets into "
+                   "the data root (sets dataset.download)")
     r.add_argument("--out", help="output folder (default: run.output_dir, 'runs')")
     r.add_argument("--threads", type=int, help="torch CPU threads (results on the CPU depend on it; "
-                   "recorded in summary.json)")
+                   "recorded in summary.json; default: free CPUs, at most 8, or $OMP_NUM_THREADS)")
     r.add_argument("--no-progress", action="store_true", help="hide progress bars")
     v = sub.add_parser("victim", help="reference victims")
     vsub = v.add_subparsers(dest="victim_command", required=True)
@@ -48,9 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("recipe", type=Path)
     t.add_argument("--out", type=Path, help="checkpoint path (default victims/<recipe name>.pt)")
     t.add_argument("--data-root", help="dataset folder (default: $MEBENCH_DATA_ROOT)")
+    t.add_argument("--download", action="store_true", help="let torchvision download the dataset into the data root")
+    t.add_argument("--force", action="store_true", help="overwrite an existing checkpoint at the output path")
     t.add_argument("--device", help="override the recipe's device")
     t.add_argument("--threads", type=int, help="torch CPU threads (the victim's weights depend on it; "
-                   "recorded in PATH.json under machine.torch_threads)")
+                   "recorded in PATH.json under machine.torch_threads; default: free CPUs, at most 8, "
+                   "or $OMP_NUM_THREADS)")
     t.add_argument("--no-progress", action="store_true")
     rep = sub.add_parser("report", help="curves, leaderboard and comparisons from runs or a JSON report")
     rep.add_argument("path", type=Path)
@@ -64,15 +70,21 @@ def _sigterm_to_interrupt(signum, frame):  # pragma: no cover - signal path
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _set_threads(threads: "int | None") -> None:
-    """Pin torch's CPU threads (``--threads``); CPU results are bit-identical only for the same count."""
-    if threads is None:
-        return
-    if threads < 1:
-        raise ConfigError("--threads", threads, "must be >= 1")
+def _set_threads(threads: "int | None") -> str:
+    """Pin torch's CPU threads: ``--threads`` or ``default_threads()``; returns words for the first line.
+
+    CPU results are bit-identical only for the same count (recorded as machine.torch_threads).
+    """
     import torch
 
-    torch.set_num_threads(threads)
+    from mebench.threads import default_threads
+
+    if threads is not None and threads < 1:
+        raise ConfigError("--threads", threads, "must be >= 1")
+    count = default_threads() if threads is None else threads
+    torch.set_num_threads(count)
+    source = "--threads" if threads else "default; --threads N pins it"
+    return f"{count} torch thread{'s' if count > 1 else ''} ({source})"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -80,8 +92,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mebench.config import load_config
 
     cfg = load_config(args.config, overrides={"seeds": args.seeds, "budgets": args.budgets, "device": args.device,
-                                              "data_root": args.data_root, "output_dir": args.out})
-    _set_threads(args.threads)
+                                              "data_root": args.data_root, "output_dir": args.out,
+                                              "download": args.download or None})
+    threads = _set_threads(args.threads)
+    print(f"run {cfg.run.name}: seeds {list(cfg.run.seeds)}, device {cfg.run.device}, {threads}", flush=True)
     result = engine.run(cfg, progress=not args.no_progress)
     print(f"results: {result.directory}")
     for r in result.aggregate:
@@ -94,14 +108,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_victim_train(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from mebench.victims.recipes import load_recipe, train_victim
+    from mebench.victims.recipes import check_device, load_recipe, train_victim
 
     recipe = load_recipe(args.recipe)
-    _set_threads(args.threads)
     if args.device:
         recipe = dataclasses.replace(recipe, device=args.device)
+    check_device("--device" if args.device else "device", recipe.device)
     out = args.out or Path("victims") / f"{recipe.name}.pt"
-    meta = train_victim(recipe, out, data_root=args.data_root, progress=not args.no_progress)
+    if out.is_dir():
+        raise ConfigError("--out", str(out), "is a folder: give the checkpoint's file path, e.g. victims/NAME.pt")
+    if out.exists() and not args.force:
+        raise OutputExistsError(f"victim checkpoint {out} already exists; pass --force to overwrite it "
+                                f"(and {out.with_suffix('.json')})")
+    threads = _set_threads(args.threads)
+    print(f"victim {recipe.name}: training on {recipe.device}, {threads}", flush=True)
+    meta = train_victim(recipe, out, data_root=args.data_root, progress=not args.no_progress,
+                        download=args.download)
     print(f"victim {recipe.name}: test_accuracy {meta['test_accuracy']:.4f} -> {out} (+ {out.with_suffix('.json')})")
     if meta["test_accuracy"] < recipe.min_test_accuracy:
         print(f"mebench: warning: test accuracy below the recipe's target {recipe.min_test_accuracy}", file=sys.stderr)
@@ -163,14 +185,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_list(args)
         return cmd_report(args)
     except ConfigError as e:
-        print(f"mebench: config error: {e}", file=sys.stderr)
+        print(f"mebench: config error: {_one_line(e)}", file=sys.stderr)
         return 2
     except MebenchError as e:
-        print(f"mebench: error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"mebench: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the file system refused (permissions, disk full): not a mebench bug
+        print(f"mebench: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mebench: interrupted; temporary caches were removed", file=sys.stderr)
         return 130
+
+
+def _one_line(error: BaseException) -> str:
+    """The error's message on one line, whatever the message that an inner library wrote."""
+    return " ".join(str(error).split())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,8 @@
 (unknown keys are errors that suggest the nearest valid key; wrong types are
 errors that name the expected type) and ``validate`` checks every rule before
 any data or model is loaded. Every failure is one ``ConfigError`` naming the
-key, the value and the rule.
+key, the value and the rule. Relative paths in a config file are looked up
+from the current folder, then from the file's own folder (``resolve_paths``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import os
 import re
 import types
 import typing
@@ -265,24 +267,104 @@ def _victim_defaults(victim: dict, dataset_name: Any) -> dict:
 
 def load_config(path: str | Path, overrides: Optional[Mapping[str, Any]] = None,
                 check_files: bool = True) -> RunConfig:
-    """Read, override (``--seeds``/``--budgets``/``--device``/``--data-root``) and validate a config."""
+    """Read, override (``--seeds``/``--budgets``/``--device``/``--data-root``/``--download``) and validate.
+
+    Relative paths in the file are resolved by ``resolve_paths`` (the current
+    folder first, then the config file's folder); command-line paths are
+    relative to the current folder only.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError("<file>", str(path), "config file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
-        raise ConfigError("<file>", str(path), f"not valid YAML: {e}") from None
-    cfg = parse_config(raw)
+        raise ConfigError("<file>", str(path), f"not valid YAML: {_yaml_problem(e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("<file>", str(path), f"cannot be read as UTF-8 text ({type(e).__name__})") from None
+    cfg = resolve_paths(parse_config(raw), path.parent)
     if overrides:
         cfg = apply_overrides(cfg, **overrides)
-    validate(cfg, check_files=check_files)
+    validate(cfg, check_files=False)
+    if check_files:
+        check_paths(cfg, path.parent, data_root_from_file=not (overrides and overrides.get("data_root")))
     return cfg
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is not None and problem:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(e).split())
+
+
+# ------------------------------------------------------------------------------ paths
+def resolve_paths(cfg: RunConfig, config_dir: Path) -> RunConfig:
+    """Resolve the file's relative ``victim.checkpoint_ref`` and ``dataset.data_root``.
+
+    A relative path that exists from the current folder is kept as written; one
+    that exists only from ``config_dir`` (the config file's folder) becomes that
+    absolute path; one found in neither place is kept, and ``check_paths``
+    names both places tried.
+    """
+    ref = _from_config_dir(cfg.victim.checkpoint_ref, config_dir)
+    root = cfg.dataset.data_root and _from_config_dir(cfg.dataset.data_root, config_dir)
+    return dataclasses.replace(cfg, victim=dataclasses.replace(cfg.victim, checkpoint_ref=ref),
+                               dataset=dataclasses.replace(cfg.dataset, data_root=root))
+
+
+def _from_config_dir(value: str, config_dir: Path) -> str:
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return str(p) if value.startswith("~") else value
+    if p.exists() or not (config_dir / p).exists():
+        return value
+    return os.path.abspath(config_dir / p)
+
+
+def _places(value: str, config_dir: Optional[Path]) -> str:
+    """'at A (from the current folder) nor at B (from the config file's folder)'."""
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return f"at '{p}'"
+    here = Path.cwd() / p
+    words = f"at '{here}' (from the current folder)"
+    if config_dir is not None and Path(os.path.abspath(config_dir / p)) != Path(os.path.abspath(here)):
+        words += f" nor at '{os.path.abspath(config_dir / p)}' (from the config file's folder)"
+    return words
+
+
+def check_paths(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_from_file: bool = True) -> None:
+    """The files a run needs exist and the victim checkpoint loads (contract §4), before any work.
+
+    ``config_dir`` is the config file's folder, named in the error as the second
+    place a relative path was looked for. The checkpoint is read once per file
+    version (see ``mebench.victims.load.check_victim_checkpoint``).
+    """
+    from mebench.data.profiles import PROFILES
+    from mebench.errors import VictimLoadError
+    from mebench.victims.load import check_victim_checkpoint
+
+    ref = cfg.victim.checkpoint_ref
+    if not Path(ref).is_file():
+        what = "is a folder, not a checkpoint file" if Path(ref).is_dir() else f"not found {_places(ref, config_dir)}"
+        raise ConfigError("victim.checkpoint_ref", ref,
+                          f"victim checkpoint {what} (train one with `mebench victim train RECIPE`)")
+    root = cfg.dataset.data_root
+    if root and not cfg.dataset.download and not Path(root).expanduser().is_dir():
+        tried = _places(root, config_dir if data_root_from_file else None)
+        raise ConfigError("dataset.data_root", root, f"data folder not found {tried} "
+                          "(or set dataset.download: true / pass --download to fetch the dataset there)")
+    try:
+        check_victim_checkpoint(cfg.victim, PROFILES.get(cfg.dataset.name).num_classes)
+    except VictimLoadError as e:
+        raise ConfigError("victim.checkpoint_ref", ref, e.reason) from None
 
 
 def apply_overrides(cfg: RunConfig, seeds: Optional[Sequence[int]] = None,
                     budgets: Optional[Sequence[int]] = None, device: Optional[str] = None,
-                    data_root: Optional[str] = None, output_dir: Optional[str] = None) -> RunConfig:
+                    data_root: Optional[str] = None, output_dir: Optional[str] = None,
+                    download: Optional[bool] = None) -> RunConfig:
     """Command-line overrides; ``budgets`` replaces the checkpoints and sets max_budget to their max."""
     run = cfg.run
     if seeds is not None:
@@ -295,6 +377,8 @@ def apply_overrides(cfg: RunConfig, seeds: Optional[Sequence[int]] = None,
     if budgets is not None:
         budget = BudgetSection(max_budget=max(budgets) if budgets else 0, checkpoints=tuple(budgets))
     dataset = cfg.dataset if data_root is None else dataclasses.replace(cfg.dataset, data_root=data_root)
+    if download:
+        dataset = dataclasses.replace(dataset, download=True)
     return dataclasses.replace(cfg, run=run, budget=budget, dataset=dataset)
 
 
@@ -305,15 +389,16 @@ ORACLE_PROFILES = ("default", "tempered")
 
 
 def validate(cfg: RunConfig, check_files: bool = True) -> None:
-    """Check every rule; the first broken one raises ``ConfigError``. Loads nothing."""
+    """Check every rule; the first broken one raises ``ConfigError``.
+
+    Loads no data; with ``check_files`` the victim checkpoint is read (weights
+    only) so a wrong or damaged file fails here, see ``check_paths``.
+    """
     for rule in (_check_run, _check_budget, _check_output_modes, _check_temperature,
                  _check_attack, _check_dataset, _check_victim, _check_track_a, _check_cache):
         rule(cfg)
     if check_files:
-        ref = Path(cfg.victim.checkpoint_ref)
-        if not ref.is_file():
-            raise ConfigError("victim.checkpoint_ref", cfg.victim.checkpoint_ref,
-                              "victim checkpoint file not found (train one with `mebench victim train RECIPE`)")
+        check_paths(cfg)
 
 
 def _check_run(cfg: RunConfig) -> None:

@@ -45,5 +45,23 @@ class DataMissingError(MebenchError, FileNotFoundError):
     """A dataset is not in the data root; the message names the files expected."""
 
 
+class VictimLoadError(MebenchError):
+    """A victim checkpoint cannot be read as a mebench victim (contract §4).
+
+    The file is damaged, truncated or holds something else (a pickled module,
+    a training dict). ``path`` is the file and ``reason`` says what it holds;
+    torch's own advice to retry with ``weights_only=False`` is never repeated.
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"victim checkpoint '{path}' {reason}")
+
+
+class OutputExistsError(MebenchError, FileExistsError):
+    """A command would overwrite a file it only creates (``victim train`` without ``--force``)."""
+
+
 class DivergenceError(MebenchError, FloatingPointError):
     """Training produced a NaN or infinite loss; the cell stops instead of reporting NaN."""

@@ -2,8 +2,9 @@
 
 The data root comes from ``dataset.data_root`` / ``--data-root`` or the
 ``MEBENCH_DATA_ROOT`` environment variable, in torchvision's on-disk layout.
-Nothing is downloaded unless ``dataset.download: true``. A missing dataset is a
-``DataMissingError`` that names the folder searched and the files expected.
+Nothing is downloaded unless asked (``dataset.download: true``, ``--download``).
+A missing dataset is a ``DataMissingError`` that names the folder searched, the
+files expected and the fix in the words of the command that read it (``HINTS``).
 
 Every reader returns ``(images uint8 [N, C, H, W], labels int64 [N])``. Readers
 are registered by name, so tests and users can add datasets (``register_source``).
@@ -43,31 +44,59 @@ EXPECTED_FILES: dict[str, list[str]] = {
 }
 
 
+# Datasets torchvision can fetch (``download=True``); the others must be put in place by hand.
+DOWNLOADABLE = frozenset({"MNIST", "FashionMNIST", "KMNIST", "EMNIST", "CIFAR10", "SVHN", "GTSRB"})
+
+# How to point a command at its data, in that command's words: (data root, download).
+HINTS: dict[str, tuple[str, str]] = {
+    "run": ("pass --data-root DIR, set dataset.data_root or MEBENCH_DATA_ROOT",
+            "pass --download or set dataset.download: true"),
+    "victim train": ("pass --data-root DIR or set MEBENCH_DATA_ROOT", "pass --download"),
+}
+
+
 def register_source(name: str) -> Callable[[Reader], Reader]:
     return SOURCES.register(name)
 
 
-def resolve_data_root(configured: Optional[str]) -> Path:
-    """The data root: the config/CLI value, else ``$MEBENCH_DATA_ROOT``."""
+def resolve_data_root(configured: Optional[str], command: str = "run") -> Path:
+    """The data root: the config/CLI value, else ``$MEBENCH_DATA_ROOT``.
+
+    ``command`` ("run" or "victim train") picks the wording of the fix in the error.
+    """
     root = configured or os.environ.get("MEBENCH_DATA_ROOT")
     if not root:
-        raise DataMissingError("no data root: pass --data-root, set dataset.data_root or MEBENCH_DATA_ROOT")
+        raise DataMissingError(f"no data root: {HINTS[command][0]}")
     return Path(root).expanduser()
 
 
-def load_split(name: str, root: Path, train: bool, download: bool = False) -> Split:
-    """Images and labels of one split of dataset ``name`` under ``root``."""
+def load_split(name: str, root: Path, train: bool, download: bool = False, command: str = "run") -> Split:
+    """Images and labels of one split of dataset ``name`` under ``root``.
+
+    ``command`` ("run" or "victim train") picks the wording of the fix in the error.
+    """
     reader = SOURCES.get(name)
     try:
         return reader(Path(root), train, download)
     except (RuntimeError, FileNotFoundError, OSError) as e:
         if isinstance(e, DataMissingError):
             raise
-        files = ", ".join(EXPECTED_FILES.get(name, ["(see the dataset's documentation)"]))
-        raise DataMissingError(
-            f"dataset {name} not found under data root '{root}': expected {files} "
-            f"(torchvision layout; set MEBENCH_DATA_ROOT or --data-root, or dataset.download: true "
-            f"where the dataset can be downloaded). Cause: {e}") from None
+        raise DataMissingError(_missing_message(name, Path(root), download, command, e)) from None
+
+
+def _missing_message(name: str, root: Path, download: bool, command: str, cause: Exception) -> str:
+    files = ", ".join(EXPECTED_FILES.get(name, ["(see the dataset's documentation)"]))
+    where, fetch = HINTS[command]
+    if download:
+        fix = "the download did not provide it; check the network or put the files there by hand"
+    elif name in DOWNLOADABLE:
+        fix = f"{where}, or {fetch} to fetch it"
+    else:
+        fix = f"{where}; {name} cannot be downloaded, put it there by hand"
+    # torchvision's own advice ("You can use download=True") names an argument mebench users never see
+    why = " ".join(str(cause).split())
+    why = "" if not why or "download=True" in why else f" Cause: {why}"
+    return f"dataset {name} not found under data root '{root}': expected {files} (torchvision layout); {fix}.{why}"
 
 
 def _nchw(images: np.ndarray | torch.Tensor, hwc: bool) -> torch.Tensor:

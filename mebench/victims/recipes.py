@@ -10,6 +10,7 @@ written next to the checkpoint in ``PATH.json``.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,9 +23,10 @@ import yaml
 from mebench.artifacts import atomic_write_json
 from mebench.config import build_dataclass
 from mebench.data.datasets import load_split, resolve_data_root
-from mebench.data.profiles import get_profile
+from mebench.data.profiles import PROFILES, get_profile
 from mebench.errors import ConfigError
 from mebench.models.registry import MODELS, Normalized
+from mebench.registry import unknown_name_message
 from mebench.runinfo import machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
 from mebench.victims.load import save_victim, sha256_file
@@ -45,17 +47,48 @@ class VictimRecipe:
 
 
 AUGMENTS = ("none", "crop_flip")
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
 def load_recipe(path: str | Path) -> VictimRecipe:
-    raw = yaml.safe_load(Path(path).read_text())
+    """Read and check a recipe; every mistake is one ``ConfigError`` naming key, value and rule."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("<file>", str(path), "victim recipe not found (the shipped ones are in configs/victims/)")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError("<file>", str(path), f"not valid YAML: {' '.join(str(e).split())}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("<file>", str(path), f"cannot be read as UTF-8 text ({type(e).__name__})") from None
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError("<root>", type(raw).__name__, "a victim recipe must hold a mapping of keys")
     recipe = build_dataclass(VictimRecipe, raw or {}, "")
     if recipe.augment not in AUGMENTS:
         raise ConfigError("augment", recipe.augment, f"must be one of {', '.join(AUGMENTS)}")
     if recipe.arch not in MODELS:
         raise ConfigError("arch", recipe.arch, f"unknown model; valid: {', '.join(MODELS.names())}")
-    get_profile(recipe.dataset)
+    if recipe.dataset not in PROFILES or not PROFILES.get(recipe.dataset).victim_dataset:
+        victims = [n for n in PROFILES.names() if PROFILES.get(n).victim_dataset]
+        raise ConfigError("dataset", recipe.dataset, unknown_name_message("victim dataset", recipe.dataset, victims))
+    check_device("device", recipe.device, present=False)  # the machine is checked where training starts
+    for key, value in (("epochs", recipe.epochs), ("batch_size", recipe.batch_size),
+                       ("optimizer.lr", recipe.optimizer.lr)):
+        if not value > 0:
+            raise ConfigError(key, value, "must be > 0")
     return recipe
+
+
+def check_device(key: str, device: str, present: bool = True) -> None:
+    """``cpu``, ``cuda`` or ``cuda:N`` (that exists on this machine if ``present``), else a ``ConfigError``."""
+    if not _DEVICE_RE.match(device):
+        raise ConfigError(key, device, "must be 'cpu', 'cuda' or 'cuda:N'")
+    if present and device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(key, device, "CUDA is not available on this machine; use 'cpu'")
+        index, count = int(device.partition(":")[2] or 0), torch.cuda.device_count()
+        if index >= count:
+            raise ConfigError(key, device, f"this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}")
 
 
 def crop_flip(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
@@ -81,14 +114,18 @@ def _crop(padded: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, h: int, w: i
 
 
 def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = None,
-                 progress: bool = True) -> dict[str, Any]:
-    """Train, evaluate and save a victim; returns its metadata (also written to ``out.json``)."""
+                 progress: bool = True, download: bool = False) -> dict[str, Any]:
+    """Train, evaluate and save a victim; returns its metadata (also written to ``out.json``).
+
+    ``download`` lets torchvision fetch the dataset into the data root (``--download``).
+    """
     t0 = time.perf_counter()
+    check_device("device", recipe.device)
     prof = get_profile(recipe.dataset)
-    root = resolve_data_root(data_root)
+    root = resolve_data_root(data_root, command="victim train")
     device = torch.device(recipe.device)
-    x, y = load_split(prof.name, root, train=True)
-    tx, ty = load_split(prof.name, root, train=False)
+    x, y = load_split(prof.name, root, train=True, download=download, command="victim train")
+    tx, ty = load_split(prof.name, root, train=False, download=download, command="victim train")
     torch.manual_seed(recipe.seed)
     net = MODELS.get(recipe.arch)(prof.channels, prof.num_classes, prof.input_size)
     model = Normalized(net, prof.mean, prof.std).to(device)
