@@ -12,6 +12,20 @@ from mebench.testing import register_synthetic, synthetic_config, synthetic_conf
 register_synthetic()
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: a multi-threaded pool only adds latency (10x on a busy 2-core machine).
+
+    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def synth_victim_path(tmp_path_factory) -> Path:
     """A tiny trained victim checkpoint on SYNTH, shared by the session."""

@@ -32,13 +32,7 @@ CONTROLS = [n for n in ATTACKS.names() if ATTACKS.get(n).null_control_for
             and "data_free" in ATTACKS.get(n).data_modes]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a multi-threaded pool only adds latency on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def net(dataset: str = "SYNTH") -> nn.Module:

@@ -41,13 +41,7 @@ TINY = dict(batch_size=4, grad_m=2, nz=8, generator_width=4, student_steps=3)
 G_COST, S_COST = 4 * 3, 4  # batch * (m + 1), batch
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a multi-threaded pool only adds latency (10x on a busy 2-core machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Spy(nn.Module):

@@ -274,14 +274,7 @@ def load_config(path: str | Path, overrides: Optional[Mapping[str, Any]] = None,
     relative to the current folder only.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError("<file>", str(path), "config file not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError("<file>", str(path), f"not valid YAML: {_yaml_problem(e)}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("<file>", str(path), f"cannot be read as UTF-8 text ({type(e).__name__})") from None
+    raw = read_yaml_file(path, "config file not found")
     cfg = resolve_paths(parse_config(raw), path.parent)
     if overrides:
         cfg = apply_overrides(cfg, **overrides)
@@ -289,6 +282,18 @@ def load_config(path: str | Path, overrides: Optional[Mapping[str, Any]] = None,
     if check_files:
         check_paths(cfg, path.parent, data_root_from_file=not (overrides and overrides.get("data_root")))
     return cfg
+
+
+def read_yaml_file(path: Path, missing: str) -> Any:
+    """``yaml.safe_load`` of a file; a missing, unreadable or invalid file is one ``ConfigError``."""
+    if not path.is_file():
+        raise ConfigError("<file>", str(path), missing)
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError("<file>", str(path), f"not valid YAML: {_yaml_problem(e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("<file>", str(path), f"cannot be read as UTF-8 text ({type(e).__name__})") from None
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:

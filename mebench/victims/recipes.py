@@ -18,10 +18,9 @@ from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
-import yaml
 
 from mebench.artifacts import atomic_write_json
-from mebench.config import build_dataclass
+from mebench.config import build_dataclass, read_yaml_file
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.profiles import PROFILES, get_profile
 from mebench.errors import ConfigError
@@ -29,7 +28,7 @@ from mebench.models.registry import MODELS, Normalized
 from mebench.registry import unknown_name_message
 from mebench.runinfo import machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
-from mebench.victims.load import save_victim, sha256_file
+from mebench.victims.load import save_victim
 
 
 @dataclass(frozen=True)
@@ -52,15 +51,7 @@ _DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 def load_recipe(path: str | Path) -> VictimRecipe:
     """Read and check a recipe; every mistake is one ``ConfigError`` naming key, value and rule."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("<file>", str(path), "victim recipe not found (the shipped ones are in configs/victims/)")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError("<file>", str(path), f"not valid YAML: {' '.join(str(e).split())}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("<file>", str(path), f"cannot be read as UTF-8 text ({type(e).__name__})") from None
+    raw = read_yaml_file(Path(path), "victim recipe not found (the shipped ones are in configs/victims/)")
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError("<root>", type(raw).__name__, "a victim recipe must hold a mapping of keys")
     recipe = build_dataclass(VictimRecipe, raw or {}, "")
