@@ -272,3 +272,25 @@ def test_prefix_audit_detects_a_changed_d_b() -> None:
     assert audit.problems == ["§7: D_5 as trained on is not the first 5 queries of the final log"]
     x = torch.rand(6, 3)
     assert fingerprint(x) != fingerprint(x[[1, 0, 2, 3, 4, 5]])  # row order matters
+
+
+def test_collection_prints_the_selected_cells_cost(bench: pytest.Pytester) -> None:
+    # a grid states its size before it runs: cells, queries and Track A steps (S(B) = ceil(0.2 B), §8)
+    result = bench.runpytest("benchmarks", "--collect-only", "-q", "-k", "random and s0")
+    n = len(collected_ids(result))
+    line = next(x for x in result.outlines if "grid cells selected" in x)
+    assert n == 4 and f"{n} grid cells selected" in line
+    assert f"{n * 300:,} queries" in line and f"{n * (20 + 60):,} Track A steps" in line
+
+
+def test_large_selection_needs_an_explicit_flag(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # no accidental multi-day grid: above the bound a run needs --budgets or --mebench-allow-large
+    import mebench.cost
+
+    monkeypatch.setattr(mebench.cost, "LARGE_MAX_BUDGET", 200)  # the SYNTH grid (B = 300) becomes "large"
+    cell = ["-k", "random and seed and soft_prob and s0"]
+    refused = bench.runpytest("benchmarks", "-q", *cell)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("--mebench-allow-large" in x and "1 grid cells selected" in x for x in refused.errlines)
+    assert bench.runpytest("benchmarks", "-q", "--mebench-allow-large", *cell).ret == pytest.ExitCode.OK
+    assert bench.runpytest("benchmarks", "-q", "--budgets", "100", *cell).ret == pytest.ExitCode.OK

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from mebench import hookspec
+from mebench.cost import LARGE_CPU_HOURS, LARGE_MAX_BUDGET
 from mebench.session import BenchSession, budget_list, gpu_list, int_list, positive_int
 
 BENCH_KEY = pytest.StashKey[BenchSession]()
@@ -47,6 +48,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run cells on CUDA: xdist worker gwN uses GPU N mod count; '--gpus 0,2' restricts the set")
     g.addoption("--mebench-threads", metavar="N", type=positive_int, default=None,
                 help="torch CPU threads in every process that runs cells (results depend on it; default: torch's)")
+    g.addoption("--mebench-allow-large", action="store_true",
+                help=f"run a selection with a budget above {LARGE_MAX_BUDGET:,} or an estimated cost above "
+                     f"{LARGE_CPU_HOURS:g} CPU-hours without --budgets (the full contract grid takes days on a CPU)")
     g.addoption("--resume", dest="mebench_resume", action="store_true",
                 help="skip cells whose result.json in the cells folder is complete for the current config")
     g.addoption("--mebench-cells", metavar="DIR", default=None,
@@ -74,6 +78,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tag cell items for the result channel; ``--resume`` skips complete cells."""
     bench_session(config).tag_items(items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """After ``-k``/``-m``: print the selected cells' cost; refuse a large grid unless asked for."""
+    bench_session(session.config).check_cost(session.items)
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:

@@ -207,6 +207,23 @@ class BenchSession:
                 item.user_properties.append((RECORD_KEY, done))
                 item.add_marker(pytest.mark.skip(reason=f"--resume: complete results in {done['artifacts_dir']}"))
 
+    def check_cost(self, items: Sequence[pytest.Item]) -> None:
+        """Print the selected cells' rough cost; a large selection needs --budgets or --mebench-allow-large."""
+        from mebench.cost import estimate
+
+        cells = [c for c in (getattr(i, "callspec", None) and i.callspec.params.get("cell") for i in items)
+                 if isinstance(c, Cell)]
+        if not cells:
+            return
+        cost = estimate(c.cfg for c in cells)
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None and not self.is_worker:  # under xdist the workers collect and enforce the guard
+            tr.write_line(cost.line())
+        allowed = self.options.budgets is not None or self.config.getoption("mebench_allow_large")
+        if cost.large and not allowed and not self.config.option.collectonly:
+            raise pytest.UsageError(f"{cost.line()}: too large to start by accident; pass --budgets B1,B2 "
+                                    "to shorten it or --mebench-allow-large to run it as selected")
+
     def complete_record(self, cell: Cell) -> Optional[dict[str, Any]]:
         """The cell's stored record if it is complete for the cell as configured now.
 
