@@ -294,3 +294,13 @@ def test_large_selection_needs_an_explicit_flag(bench: pytest.Pytester, monkeypa
     assert any("--mebench-allow-large" in x and "1 grid cells selected" in x for x in refused.errlines)
     assert bench.runpytest("benchmarks", "-q", "--mebench-allow-large", *cell).ret == pytest.ExitCode.OK
     assert bench.runpytest("benchmarks", "-q", "--budgets", "100", *cell).ret == pytest.ExitCode.OK
+
+
+def test_gpus_without_cuda_is_said_before_any_cell_runs(bench: pytest.Pytester,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # contract 14.3: a cell asked onto a GPU that is not there says so at the start, once
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = bench.runpytest("benchmarks", "--gpus", "--collect-only", "-q", "-k", "random and s0")
+    lines = [x for x in result.outlines if "CUDA is not available" in x]
+    first_cell = next(i for i, x in enumerate(result.outlines) if "test_cell[" in x)
+    assert len(lines) == 1 and result.outlines.index(lines[0]) < first_cell

@@ -62,22 +62,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Markers, the BenchSession, the controller's result listener and its one-time GPU notice."""
+    """Markers, the BenchSession, the controller's result listener and its GPU check."""
     for name, text in MARKERS.items():
         if not any(line.split(":")[0].strip() == name for line in config.getini("markers")):
             config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[BENCH_KEY] = bench = BenchSession(config)
     if not bench.is_worker:
         config.pluginmanager.register(_ResultListener(bench), "mebench-results")
-        warning = bench.check_gpus()
-        if warning:
-            config.issue_config_time_warning(pytest.PytestWarning(warning), stacklevel=2)
+        bench.gpu_warning = bench.check_gpus()  # said once, at the start (pytest_sessionstart)
     _load_hypothesis_profile()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tag cell items for the result channel; ``--resume`` skips complete cells."""
     bench_session(config).tag_items(items)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Controller: say at the start, not only in the final summary, that --gpus found no GPU."""
+    bench = bench_session(session.config)
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if bench.gpu_warning and tr is not None:
+        tr.write_line(f"mebench: warning: {bench.gpu_warning}", yellow=True)
 
 
 @pytest.hookimpl(trylast=True)

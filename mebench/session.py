@@ -144,6 +144,7 @@ class BenchSession:
         self.options = BenchOptions.from_config(config)
         self.worker_id: str = getattr(config, "workerinput", {}).get("workerid", "master")
         self.is_worker = hasattr(config, "workerinput")
+        self.gpu_warning: Optional[str] = None  # set by the controller at configure time
         self.started = time.time()
         self._grid: Optional[GridSet] = None
         self._grid_error: Optional[GridError] = None
