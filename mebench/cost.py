@@ -8,7 +8,6 @@ large-grid guard, never a result.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -42,11 +41,13 @@ class Cost:
 
 def estimate(cfgs: Iterable) -> Cost:
     """Cost of running the run configs ``cfgs`` (one seed each), from ``mebench.config.RunConfig``."""
+    from mebench.training.loop import steps_for_budget
+
     cells = queries = steps = top = 0
     seconds = 0.0
     for cfg in cfgs:
         c = cfg.substitute.trackA.steps_coeff_c
-        s = sum(math.ceil(c * b) for b in cfg.budget.checkpoints)
+        s = sum(steps_for_budget(b, c) for b in cfg.budget.checkpoints)
         per_step = SECONDS_PER_STEP.get(cfg.substitute.arch, DEFAULT_SECONDS_PER_STEP)
         cells, queries, steps = cells + 1, queries + cfg.budget.max_budget, steps + s
         top = max(top, cfg.budget.max_budget)

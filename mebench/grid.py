@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -164,11 +165,15 @@ def load_grids(paths: Sequence[Path], rootdir: Path, seeds: Optional[Sequence[in
                budgets: Optional[Sequence[int]] = None) -> GridSet:
     """:func:`load_grid` for every config; cell ids must be distinct across them."""
     grids = GridSet([load_grid(p, rootdir, seeds, budgets) for p in paths])
-    ids = [c.id for c in grids.cells]
-    if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+    dup = _duplicate_ids(grids.cells)
+    if dup:
         raise GridError(f"duplicate cell ids across {[str(p) for p in paths]}: {dup}: give each config its own name")
     return grids
+
+
+def _duplicate_ids(cells: Sequence[Cell]) -> list[str]:
+    """Cell ids that occur more than once, sorted (ids must name one cell each)."""
+    return sorted(i for i, n in Counter(c.id for c in cells).items() if n > 1)
 
 
 def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
@@ -192,9 +197,8 @@ def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
             _add_attack_cells(grid, attack, rootdir, tuple(seeds or spec.seeds), tuple(budgets or spec.budgets))
     except (ConfigError, yaml.YAMLError) as e:
         raise GridError(f"{path}: {e}") from None
-    ids = [c.id for c in grid.cells]
-    if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+    dup = _duplicate_ids(grid.cells)
+    if dup:
         raise GridError(f"{path}: duplicate cell ids {dup}: give each attack variant its own label")
     return grid
 

@@ -131,6 +131,12 @@ class BenchOptions:
                    threads=opt.mebench_threads)
 
 
+def _cell_of(item: pytest.Item) -> Optional[Cell]:
+    """The grid cell a collected test runs, or ``None`` for any other test."""
+    cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
+    return cell if isinstance(cell, Cell) else None
+
+
 #: The default grid: every benchmark config in this folder under the rootdir (one per victim dataset).
 DEFAULT_CONFIG_DIR = "configs/benchmarks"
 
@@ -199,8 +205,8 @@ class BenchSession:
     def tag_items(self, items: Sequence[pytest.Item]) -> None:
         """Label cell items for the report channel; with ``--resume`` skip the complete ones."""
         for item in items:
-            cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
-            if not isinstance(cell, Cell):
+            cell = _cell_of(item)
+            if cell is None:
                 continue
             item.user_properties.append((CELL_ID_KEY, cell.id))
             done = self.complete_record(cell) if self.options.resume else None
@@ -212,8 +218,7 @@ class BenchSession:
         """Print the selected cells' rough cost; a large selection needs --budgets or --mebench-allow-large."""
         from mebench.cost import estimate
 
-        cells = [c for c in (getattr(i, "callspec", None) and i.callspec.params.get("cell") for i in items)
-                 if isinstance(c, Cell)]
+        cells = [c for c in map(_cell_of, items) if c is not None]
         if not cells:
             return
         cost = estimate(c.cfg for c in cells)
