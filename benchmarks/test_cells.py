@@ -24,7 +24,7 @@ def test_cell(cell: Cell, run_config: RunConfig, victim: engine.Prepared, oracle
               query_cache: PrefixAudit, track_a_trainer: TrackATrainer, cell_record: CellRecorder) -> None:
     with cell_record.running():
         result = engine.run_seed(run_config, cell.seed, victim, cell_record.artifacts_dir, progress=False,
-                                 oracle=oracle, store=query_cache, trainer=track_a_trainer)
+                                 oracle=oracle, store=query_cache, trainer=track_a_trainer, say=cell_record.say)
     problems = contract_problems(run_config, cell, result, oracle, query_cache)
     cell_record.finish(result, problems)
     assert not problems, "contract violations:\n  " + "\n  ".join(problems)

@@ -183,7 +183,8 @@ def test_resume_skips_complete_cells(bench: pytest.Pytester) -> None:
     assert first.ret == 0, first.stdout.str()
     first.stdout.fnmatch_lines(["*report files (*) in *rendered*"])  # --mebench-report: mebench.report.write_report
     assert (bench.path / "rendered" / "leaderboard.md").is_file()
-    stale = bench.path / "runs/pytest/cells/synth-mlp-random-surrogate-hard_top1-s0/result.json"
+    stale = Path(cells_by_id(bench.path / "first.json")["synth-mlp-random-surrogate-hard_top1-s0"]["artifacts_dir"],
+                 "result.json")
     record = json.loads(stale.read_text())
     stale.write_text(json.dumps({**record, "status": "failed"}))
     again = bench.runpytest("benchmarks", "-k", "random and surrogate and s0", "--resume", "--mebench-json", "again.json")
@@ -196,6 +197,41 @@ def test_resume_skips_complete_cells(bench: pytest.Pytester) -> None:
     shorter.assert_outcomes(passed=2)  # other budgets: a different cell, nothing to resume
 
 
+# contract 16: every grid run has its own folder; --resume continues the latest one
+def test_each_run_gets_its_own_folder_and_resume_continues_the_latest(bench: pytest.Pytester) -> None:
+    args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0")
+    first = bench.runpytest(*args)
+    assert first.ret == 0, first.stdout.str()
+    second = bench.runpytest(*args)
+    assert second.ret == 0, second.stdout.str()
+    runs = sorted(p.parent for p in (bench.path / "runs" / "pytest").glob("*/cells"))
+    assert len(runs) == 2 and all((r / "report.json").is_file() for r in runs)
+    resumed = bench.runpytest(*args, "--resume")
+    resumed.assert_outcomes(skipped=1)
+    assert sorted(p.parent for p in (bench.path / "runs" / "pytest").glob("*/cells")) == runs  # no new folder
+    later = [p for p in runs[-1].glob("report*.json") if p.name != "report.json"]
+    assert len(later) == 1  # the resumed run's report sits beside the first one, which is kept
+    cell = cells_by_id(later[0])["synth-mlp-random-surrogate-soft_prob-s0"]
+    assert cell["resumed"] is True and Path(cell["artifacts_dir"]).parent == runs[-1] / "cells"
+
+
+# issue: live progress per cell, also from xdist workers, a few lines per phase
+@pytest.mark.parametrize("workers", [[], ["-n", "2", "-p", "no:benchmark"]])
+def test_cells_report_progress_lines(bench: pytest.Pytester, workers: list[str]) -> None:
+    result = bench.runpytest_subprocess("benchmarks", "-k", "random and surrogate and s0", *workers,
+                                        "--mebench-progress", "0.001")
+    assert result.ret == 0, result.stdout.str()
+    lines = [ln for ln in result.stderr.lines + result.stdout.lines if ln.startswith("mebench")]
+    for cell in ("synth-mlp-random-surrogate-soft_prob-s0", "synth-mlp-random-surrogate-hard_top1-s0"):
+        mine = [ln for ln in lines if cell in ln]
+        assert any("queries: done, 300 images" in ln for ln in mine), lines
+        assert any("Track A B=300: done, 60 steps" in ln and "agreement" in ln for ln in mine), lines
+        if workers:
+            assert all("[gw" in ln for ln in mine)
+    quiet = bench.runpytest_subprocess("benchmarks", "-k", "random and surrogate and s0", "--mebench-progress", "0")
+    assert quiet.ret == 0 and not [ln for ln in quiet.stderr.lines if "queries:" in ln]
+
+
 BROKEN = """\
 import pytest
 from mebench import engine
@@ -205,9 +241,11 @@ from test_cells import test_cell  # the same test, with a broken Track A trainer
 class BrokenTrainer:
     def __init__(self, real, hard):
         self.real, self.hard = real, hard
+        full = real.steps
+        real.steps = lambda budget: full(budget) - 1  # trains one step short of S(B)
 
     def steps(self, budget):
-        return self.real.steps(budget) - 1
+        return self.real.steps(budget)
 
     def train(self, x, y, on_step=None):
         if self.hard:
@@ -231,6 +269,9 @@ def test_broken_cells_are_reported_and_cleaned_up(bench: pytest.Pytester) -> Non
     cells = cells_by_id(bench.path / "broken.json")
     assert cells["synth-mlp-random-surrogate-soft_prob-s0"]["status"] == "failed"
     assert cells["synth-mlp-random-surrogate-hard_top1-s0"]["status"] == "error"
+    errored = Path(cells["synth-mlp-random-surrogate-hard_top1-s0"]["artifacts_dir"], "summary.json")
+    summary = json.loads(errored.read_text())
+    assert summary["status"] == "failed" and summary["track_a_steps"] == {}  # the training that broke never ran
     for cell in cells.values():
         assert not (Path(cell["artifacts_dir"]) / ".query_cache").exists()
 

@@ -106,14 +106,19 @@ def _fmt(v: Any) -> Any:
 
 
 def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
-    """``<output_dir>/<run_name>/<UTC timestamp>`` (a suffix keeps it unique)."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = Path(output_dir) / run_name / stamp
-    path, i = base, 1
-    while path.exists():
-        path = base.with_name(f"{stamp}-{i}")
-        i += 1
+    """``<output_dir>/<run_name>/<UTC timestamp>`` (a suffix keeps it unique), created."""
+    path = unused_stamp_dir(Path(output_dir) / run_name)
     path.mkdir(parents=True)
+    return path
+
+
+def unused_stamp_dir(parent: Path) -> Path:
+    """``<parent>/<UTC timestamp>`` that does not exist yet (``-1``, ``-2`` ... when taken); not created."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path, i = parent / stamp, 1
+    while path.exists():
+        path = parent / f"{stamp}-{i}"
+        i += 1
     return path
 
 

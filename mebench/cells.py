@@ -112,6 +112,7 @@ class CellRecorder:
         self.bench, self.cell, self.item = bench, cell, item
         self.run_config, self.device = run_config, device
         self.artifacts_dir = bench.cell_dir(cell)
+        self.say = bench.progress_say(cell)
         self.started = time.perf_counter()
         for stale in self.artifacts_dir.iterdir():  # a rerun never mixes with an older run's files
             if stale.is_file():

@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from mebench.errors import ConfigError, MebenchError, OutputExistsError
+from mebench.progress import stderr_lines
+
+#: Seconds between two progress lines of one phase when stderr is not a terminal.
+LOG_INTERVAL_S = 60.0
 
 
 def _int_list(text: str) -> list[int]:
@@ -44,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default: run.output_dir, 'runs')")
     r.add_argument("--threads", type=int, help="torch CPU threads (results on the CPU depend on it; "
                    "recorded in summary.json; default: free CPUs, at most 8, or $OMP_NUM_THREADS)")
-    r.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    r.add_argument("--no-progress", action="store_true",
+                   help="no progress output (default: bars on a terminal, a line per phase and minute in a log)")
     v = sub.add_parser("victim", help="reference victims")
     vsub = v.add_subparsers(dest="victim_command", required=True)
     t = vsub.add_parser("train", help="train a victim from a recipe in configs/victims/")
@@ -57,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, help="torch CPU threads (the victim's weights depend on it; "
                    "recorded in PATH.json under machine.torch_threads; default: free CPUs, at most 8, "
                    "or $OMP_NUM_THREADS)")
-    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rep = sub.add_parser("report", help="curves, leaderboard and comparisons from runs or a JSON report")
     rep.add_argument("path", type=Path)
     rep.add_argument("--out", type=Path)
@@ -96,7 +101,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                                               "download": args.download or None})
     threads = _set_threads(args.threads)
     print(f"run {cfg.run.name}: seeds {list(cfg.run.seeds)}, device {cfg.run.device}, {threads}", flush=True)
-    result = engine.run(cfg, progress=not args.no_progress)
+    bars = not args.no_progress and sys.stderr.isatty()  # in a log: a few lines per phase instead of bars
+    say = None if args.no_progress or bars else stderr_lines(f"run {cfg.run.name}", interval=LOG_INTERVAL_S)
+    result = engine.run(cfg, progress=bars, say=say)
     print(f"results: {result.directory}")
     for r in result.aggregate:
         if r["metric"] in ("agreement", "acc_gt"):

@@ -30,6 +30,7 @@ from mebench.data.profiles import DatasetProfile, get_profile
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
 from mebench.oracle import Oracle
+from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator, seed_everything
 from mebench.state import EngineState
@@ -113,8 +114,8 @@ class CheckpointScorer:
     """Track A and Track B at one checkpoint: trains/fetches a model, scores it, returns rows."""
 
     def __init__(self, cfg: RunConfig, prep: Prepared, seed: int, progress: bool,
-                 trainer: Optional[TrackATrainer] = None) -> None:
-        self.cfg, self.prep, self.seed, self.progress = cfg, prep, seed, progress
+                 trainer: Optional[TrackATrainer] = None, say: Optional[Say] = None) -> None:
+        self.cfg, self.prep, self.seed, self.progress, self.say = cfg, prep, seed, progress, say
         self.trainer = make_track_a_trainer(cfg, prep) if trainer is None else trainer
         self.final_model: Optional[torch.nn.Module] = None
         self.timings = {"track_a": 0.0, "track_b": 0.0}
@@ -124,13 +125,19 @@ class CheckpointScorer:
         t0 = time.perf_counter()
         x, y = state.store.prefix(budget, self.prep.device)
         steps = self.trainer.steps(budget)
-        self.track_a_steps[budget] = steps
+        ticker = Ticker(self.say, f"Track A B={budget:,}", steps, "steps", interval=interval_of(self.say))
         with tqdm(total=steps, desc=f"seed {self.seed} Track A B={budget}", unit="step",
                   disable=not self.progress or None, leave=False) as bar:
-            model = self.trainer.train(x, y, on_step=lambda _: bar.update())
+            def on_step(_: int) -> None:
+                bar.update()
+                ticker.update()
+
+            model = self.trainer.train(x, y, on_step=on_step)
+        self.track_a_steps[budget] = ticker.done  # recorded once trained: an interrupted training lists nothing
         metrics = self.prep.evaluator.evaluate(model)
         self.final_model = model
         dt = time.perf_counter() - t0
+        ticker.close(f"agreement {metrics.agreement:.4f}, acc {metrics.acc_gt:.4f}")
         self.timings["track_a"] += dt
         return CheckpointResult(self.seed, budget, "A", metrics, dt)
 
@@ -165,7 +172,7 @@ def make_store(cfg: RunConfig, prep: Prepared, cache_dir: Optional[Path]) -> Que
 
 
 def collect(attack: Any, oracle: Oracle, state: EngineState,
-            on_checkpoint: Callable[[int], None], bar: Any = None) -> float:
+            on_checkpoint: Callable[[int], None], advance: Optional[Callable[[int], None]] = None) -> float:
     """propose → oracle → store → observe until the maximum budget; returns seconds spent querying."""
     cps = set(state.checkpoints)
     spent = 0.0
@@ -180,8 +187,8 @@ def collect(attack: Any, oracle: Oracle, state: EngineState,
         state.queries_used = oracle.queries_used
         attack.observe(batch, out, state)
         spent += time.perf_counter() - t0
-        if bar is not None:
-            bar.update(k)
+        if advance is not None:
+            advance(k)
         if state.queries_used in cps:
             on_checkpoint(state.queries_used)
     return spent
@@ -212,19 +219,20 @@ def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool])
 
 def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress: bool = True, *,
              oracle: Optional[Oracle] = None, store: Optional[QueryStore] = None,
-             trainer: Optional[TrackATrainer] = None) -> SeedResult:
+             trainer: Optional[TrackATrainer] = None, say: Optional[Say] = None) -> SeedResult:
     """One seed: collect queries, score both tracks at every checkpoint, write the artifacts.
 
     ``oracle``, ``store`` and ``trainer`` default to fresh ones built from ``cfg``;
-    the pytest harness passes its fixtures instead. The store is cleaned up here
-    in every case (success, error, Ctrl-C).
+    the pytest harness passes its fixtures instead. ``say`` receives a few
+    progress lines per phase (``mebench.progress``). The store is cleaned up
+    here in every case (success, error, Ctrl-C).
     """
     seed_dir.mkdir(parents=True, exist_ok=True)
     artifacts.atomic_write_text(seed_dir / "run_config.yaml", cfg.to_yaml())
     seed_everything(seed)
     t_start = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    scorer = CheckpointScorer(cfg, prep, seed, progress, trainer)
+    scorer = CheckpointScorer(cfg, prep, seed, progress, trainer, say)
     oracle = make_oracle(cfg, prep) if oracle is None else oracle
     summary = _summary_head(cfg, seed, prep)
     timings = {"prepare_shared": prep.seconds}
@@ -245,9 +253,15 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         pool = build_pool(cfg, prep, seed)
         attack = make_attack(cfg, prep, seed, pool)
         timings["prepare_seed"] = time.perf_counter() - t0
+        ticker = Ticker(say, "queries", cfg.budget.max_budget, "images", interval=interval_of(say))
         with tqdm(total=cfg.budget.max_budget, desc=f"seed {seed} queries", unit="img",
                   disable=not progress or None, leave=False) as bar:
-            timings["collect"] = collect(attack, oracle, state, on_checkpoint, bar)
+            def advance(k: int) -> None:
+                bar.update(k)
+                ticker.update(k)
+
+            timings["collect"] = collect(attack, oracle, state, on_checkpoint, advance)
+        ticker.close("scoring at the checkpoints included")
         summary["status"] = "complete"
     except BaseException as e:
         summary["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
@@ -311,15 +325,19 @@ def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:
         append_metadata(Path(cfg.run.output_dir) / METADATA_FILE, run_metadata_entry(summary, seed_dir))
 
 
-def run(cfg: RunConfig, progress: bool = True, check_files: bool = True) -> RunResult:
-    """Validate, then run every seed and write the seed aggregate. Nothing is created if validation fails."""
+def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Optional[Say] = None) -> RunResult:
+    """Validate, then run every seed and write the seed aggregate. Nothing is created if validation fails.
+
+    ``progress`` shows progress bars; ``say`` (e.g. ``mebench.progress.stderr_lines``) receives a few
+    lines per phase instead, for logs that are not a terminal.
+    """
     validate(cfg, check_files=check_files)
     prep = prepare(cfg)
     result = RunResult(artifacts.new_run_dir(cfg.run.output_dir, cfg.run.name))
     for seed in cfg.run.seeds:
         seed_dir = result.directory / f"seed_{seed}"
         try:
-            result.seeds.append(run_seed(cfg, seed, prep, seed_dir, progress))
+            result.seeds.append(run_seed(cfg, seed, prep, seed_dir, progress, say=prefixed(say, f"seed {seed}")))
         finally:
             record_run_metadata(cfg, seed_dir)
     all_rows = [r for s in result.seeds for r in s.rows]

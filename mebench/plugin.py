@@ -54,9 +54,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--resume", dest="mebench_resume", action="store_true",
                 help="skip cells whose result.json in the cells folder is complete for the current config")
     g.addoption("--mebench-cells", metavar="DIR", default=None,
-                help="per-cell artifacts and result.json (default: runs/pytest/cells under the rootdir)")
+                help="per-cell artifacts and result.json (default: runs/pytest/<UTC stamp>/cells under the "
+                     "rootdir, a new folder per run; with --resume: the latest such folder)")
     g.addoption("--mebench-json", metavar="PATH", default=None,
-                help="JSON report path (default: runs/pytest/<timestamp>/report.json under the rootdir)")
+                help="JSON report path (default: report.json beside the cells folder, runs/pytest/<UTC stamp>/)")
+    g.addoption("--mebench-progress", metavar="SECONDS", type=float, default=30.0,
+                help="a progress line per running cell at most every SECONDS, also under -n (0: none; default 30)")
     g.addoption("--mebench-report", metavar="DIR", default=None,
                 help="also render curves/leaderboard from the JSON report into DIR (mebench.report)")
 
@@ -71,6 +74,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_ResultListener(bench), "mebench-results")
         bench.gpu_warning = bench.check_gpus()  # said once, at the start (pytest_sessionstart)
     _load_hypothesis_profile()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    """pytest-xdist controller: every worker writes into this run's cells folder."""
+    node.workerinput.update(bench_session(node.config).worker_input())  # type: ignore[attr-defined]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

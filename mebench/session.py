@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import pytest
 import yaml
 
+from mebench import artifacts
 from mebench.cells import CELL_ID_KEY, RECORD_KEY, read_json
 from mebench.grid import Cell, GridError, GridSet, load_grids
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
     from mebench.engine import Prepared
+    from mebench.progress import Say
 
 
 # ------------------------------------------------------------------ options and devices
@@ -97,7 +99,14 @@ def device_for_worker(worker_id: str, gpus: Optional[Sequence[int]], cuda_count:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """The harness's command-line options, parsed."""
+    """The harness's command-line options, parsed.
+
+    Every grid run gets its own folder ``runs/pytest/<UTC stamp>/`` holding
+    ``cells/<cell id>/`` and ``report.json``, so a second run never overwrites
+    the first. ``--resume`` without ``--mebench-cells`` continues the latest
+    such folder. xdist workers receive the controller's folders
+    (``pytest_configure_node``), so every process writes to the same run.
+    """
 
     config_paths: tuple[Path, ...]
     json_path: Optional[Path]
@@ -108,27 +117,49 @@ class BenchOptions:
     seeds: Optional[tuple[int, ...]]
     resume: bool
     threads: Optional[int] = None
+    progress_s: float = 30.0
+    resumed_from: Optional[Path] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "BenchOptions":
         """Paths given on the command line are relative to the invocation folder, defaults to the rootdir."""
         opt, here, root = config.option, Path(config.invocation_params.dir), Path(config.rootpath)
 
-        def path(value: Optional[str], default: Optional[str]) -> Optional[Path]:
-            if value is None:
-                return None if default is None else root / default
-            return here / Path(value).expanduser()
+        def path(value: Optional[str]) -> Optional[Path]:
+            return None if value is None else here / Path(value).expanduser()
 
         gpus = opt.mebench_gpus
         if opt.mebench_config:
             configs = tuple(here / Path(c.strip()).expanduser() for c in opt.mebench_config.split(",") if c.strip())
         else:
             configs = tuple(sorted((root / DEFAULT_CONFIG_DIR).glob("*.yaml"))) or (root / DEFAULT_CONFIG_DIR / "mnist.yaml",)
-        return cls(config_paths=configs,
-                   json_path=path(opt.mebench_json, None), cells_dir=path(opt.mebench_cells, "runs/pytest/cells"),
-                   report_dir=path(opt.mebench_report, None), gpus=None if gpus is None else tuple(gpus),
-                   budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=bool(opt.mebench_resume),
-                   threads=opt.mebench_threads)
+        resume = bool(opt.mebench_resume)
+        worker = getattr(config, "workerinput", {})
+        resumed_from = None
+        if "mebench_cells_dir" in worker:  # an xdist worker: the controller chose the folders
+            cells_dir, json_path = Path(worker["mebench_cells_dir"]), None
+        else:
+            cells_dir, json_path = path(opt.mebench_cells), path(opt.mebench_json)
+            runs = root / RUNS_DIR
+            if cells_dir is None:
+                resumed_from = latest_cells_dir(runs) if resume else None
+                cells_dir = resumed_from or artifacts.unused_stamp_dir(runs) / "cells"
+            if json_path is None:
+                run_dir = cells_dir.parent if opt.mebench_cells is None else artifacts.unused_stamp_dir(runs)
+                json_path = run_dir / "report.json"
+                if json_path.exists():  # a resumed run keeps the earlier report
+                    json_path = run_dir / f"report-{artifacts.unused_stamp_dir(run_dir).name}.json"
+        return cls(config_paths=configs, json_path=json_path, cells_dir=cells_dir,
+                   report_dir=path(opt.mebench_report), gpus=None if gpus is None else tuple(gpus),
+                   budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=resume,
+                   threads=opt.mebench_threads, progress_s=float(opt.mebench_progress),
+                   resumed_from=resumed_from)
+
+
+def latest_cells_dir(runs: Path) -> Optional[Path]:
+    """``<runs>/<stamp>/cells`` of the latest grid run (stamps sort by time), if any."""
+    found = sorted(p for p in runs.glob("*/cells") if p.is_dir())
+    return found[-1] if found else None
 
 
 def _cell_of(item: pytest.Item) -> Optional[Cell]:
@@ -139,6 +170,8 @@ def _cell_of(item: pytest.Item) -> Optional[Cell]:
 
 #: The default grid: every benchmark config in this folder under the rootdir (one per victim dataset).
 DEFAULT_CONFIG_DIR = "configs/benchmarks"
+#: One folder per grid run under the rootdir: ``<RUNS_DIR>/<UTC stamp>/{cells/, report.json}``.
+RUNS_DIR = "runs/pytest"
 
 
 # --------------------------------------------------------------------------- session
@@ -280,6 +313,38 @@ class BenchSession:
             self._prepared[(victim_key, device)] = engine.prepare(self.run_config(cell, device))
         return self._prepared[(victim_key, device)]
 
+    def progress_say(self, cell: Cell) -> Optional["Say"]:
+        """Progress lines of one cell, written to the terminal past pytest's capture.
+
+        Under xdist a worker's stderr is the terminal too, so ``-n 4`` shows the
+        lines of every running cell, tagged with the worker id.
+        ``--mebench-progress 0`` turns them off.
+        """
+        if self.options.progress_s <= 0:
+            return None
+        import sys
+
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        tag = f"mebench [{self.worker_id}] {cell.id}" if self.is_worker else f"mebench {cell.id}"
+        first = [not self.is_worker]  # in-process the first line follows pytest's "file.py " prefix
+
+        def say(line: str) -> None:
+            text = ("\n" if first[0] else "") + f"{tag}: {line}\n"
+            first[0] = False
+            if capman is None:
+                sys.stderr.write(text)
+            else:
+                with capman.global_and_fixture_disabled():
+                    sys.stderr.write(text)
+                    sys.stderr.flush()
+
+        say.interval = self.options.progress_s  # type: ignore[attr-defined]
+        return say
+
+    def worker_input(self) -> dict[str, str]:
+        """What the controller hands each xdist worker: the run's cells folder."""
+        return {"mebench_cells_dir": str(self.options.cells_dir)}
+
     def cell_dir(self, cell: Cell) -> Path:
         """``<cells dir>/<cell id>``: the seed artifacts, ``result.json`` and the temporary query cache."""
         path = self.options.cells_dir / cell.id
@@ -309,10 +374,9 @@ class BenchSession:
         """Write the JSON report, the seed aggregate and (``--mebench-report``) the rendered report."""
         if self.is_worker or not self.records:
             return
-        from mebench import artifacts
-
         report = self.build_report()
-        path = self.options.json_path or artifacts.new_run_dir(Path(self.config.rootpath) / "runs", "pytest") / "report.json"
+        path = self.options.json_path
+        assert path is not None, "only the controller writes the report"
         aggregate_csv = path.with_name(f"{path.stem}_aggregate.csv")
         report["files"] = {"report": str(path), "aggregate_csv": str(aggregate_csv),
                            "cells_dir": str(self.options.cells_dir)}
