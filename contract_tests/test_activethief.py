@@ -339,7 +339,7 @@ def test_macro_f1_and_divergence():
 def test_engine_run_reports_both_tracks(make_cfg):
     from mebench.engine import run as engine_run
 
-    cfg = make_cfg(attack={"name": "activethief", "label": "activethief-kcenter",
+    cfg = make_cfg(attack={"name": "activethief", "label": "activethief_kcenter",
                            "params": {"strategy": "k_center", "rounds": 2, "max_epochs": 3, "batch_size": 64}})
     result = engine_run(cfg, progress=False)
     (seed,) = result.seeds
@@ -354,14 +354,14 @@ CONFIGS = [ROOT / "configs" / "mnist_lenet5_activethief.yaml", *sorted((ROOT / "
 
 
 # contract 8 (Track B is the attack's own procedure): a config labelled like the paper runs the
-# authors' procedure; one that deviates says so in its label (-fast) and gives each deviation's
+# authors' procedure; one that deviates says so in its label (_fast) and gives each deviation's
 # reference value in a comment.
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_config_label_tells_paper_preset_from_fast_variant(path):
     cfg = load_config(path, check_files=False)
     assert cfg.attack.name == "activethief"
     deviations = set(cfg.attack.params) - {"strategy"}
-    if not cfg.attack.label.endswith("-fast"):
+    if not cfg.attack.label.endswith("_fast"):
         assert not deviations, f"{path.name}: a paper preset overrides {sorted(deviations)}"
         return
     assert deviations

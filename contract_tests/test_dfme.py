@@ -194,7 +194,7 @@ def test_shipped_mnist_configs():
     assert cfg.attack.name == "dfme" and list(cfg.budget.checkpoints) == [1_000, 10_000, 100_000]
     assert attack_params(cfg) == dfme.Params()
     variant = load_config(CONFIGS / "variants" / "mnist_lenet5_dfme_unit_pixels.yaml", check_files=False)
-    assert variant.attack_label() == "dfme-unitpix" and variant.attack_label() != cfg.attack_label()
+    assert variant.attack_label() == "dfme_unitpix" and variant.attack_label() != cfg.attack_label()
     assert attack_params(variant) == dataclasses.replace(dfme.Params(), pixel_map="unit_tanh")
     with pytest.raises(ConfigError) as err:
         load_config(CONFIGS / "mnist_lenet5_dfme_hard.yaml", check_files=False)

@@ -30,6 +30,7 @@ RULE_CASES = {
     "pool_too_small": ({"budget": {"max_budget": 9000, "checkpoints": [9000]}}, "budget.max_budget", "pool holds 5000"),
     "unknown_key": ({"budget": {"checkpionts": [1]}}, "budget.checkpionts", "did you mean 'checkpoints'"),
     "unknown_attack": ({"attack": {"name": "randon"}}, "attack.name", "did you mean 'random'"),
+    "label_spelling": ({"attack": {"label": "random-fast"}}, "attack.label", "letters, digits and '_'"),
     "wrong_type": ({"budget": {"max_budget": "lots"}}, "budget.max_budget", "must be an integer"),
     "bad_surrogate": ({"dataset": {"surrogate_name": "SVHN"}}, "dataset.surrogate_name", "must be one of"),
 }

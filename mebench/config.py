@@ -26,7 +26,7 @@ import yaml
 
 from mebench.errors import ConfigError
 from mebench.training.loop import OPTIMIZER_NAMES, OptimizerSpec
-from mebench.types import DATA_MODES, OUTPUT_MODES
+from mebench.types import DATA_MODES, LABEL_RE, OUTPUT_MODES
 
 
 @dataclass(frozen=True)
@@ -475,6 +475,9 @@ def _check_attack(cfg: RunConfig) -> None:
     a = cfg.attack
     if a.name not in ATTACKS:
         raise ConfigError("attack.name", a.name, unknown_name_message("attack", a.name, ATTACKS.names()))
+    if a.label is not None and not LABEL_RE.match(a.label):
+        raise ConfigError("attack.label", a.label, "use letters, digits and '_' only, e.g. activethief_kcenter "
+                          "(the spelling of grid cell ids, where '-' separates their parts)")
     cls = ATTACKS.get(a.name)
     if cfg.dataset.data_mode not in DATA_MODES:
         raise ConfigError("dataset.data_mode", cfg.dataset.data_mode, f"must be one of {', '.join(DATA_MODES)} (§3)")

@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 
+from mebench.types import LABEL_RE
+
 if TYPE_CHECKING:
     from mebench.config import RunConfig
 
 CONTRACT_BUDGETS = (1000, 10000, 100000, 1000000)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(-[A-Za-z0-9_.]+)*$")
-_LABEL_RE = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ def _check_spec(spec: BenchmarkSpec) -> None:
         raise ConfigError("attacks", [], "list at least one attack")
     keys = []
     for i, v in enumerate(spec.victims):
-        if not isinstance(v, dict) or not isinstance(v.get("key"), str) or not _LABEL_RE.match(v["key"]):
+        if not isinstance(v, dict) or not isinstance(v.get("key"), str) or not LABEL_RE.match(v["key"]):
             raise ConfigError(f"victims[{i}].key", v.get("key") if isinstance(v, dict) else v,
                               "each victim needs a key of letters, digits and '_' (it names the victim in cell ids)")
         keys.append(v["key"])
@@ -270,7 +271,7 @@ def _add_attack_cells(grid: Grid, attack: AttackSpec, rootdir: Path, seeds: tupl
                           + (f" ({cls.output_mode_reason})" if cls.output_mode_reason else "") + " (§6.1)")
     for variant in attack.variants or (VariantSpec(),):
         label = variant.label or attack.name
-        if not _LABEL_RE.match(label):
+        if not LABEL_RE.match(label):
             raise ConfigError("attacks.variants.label", label, "use letters, digits and '_' only (no '-')")
         params = {**attack.params, **variant.params}
         for vkey, victim in grid.spec.victim_entries():
