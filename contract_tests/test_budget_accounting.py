@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mebench.errors import BudgetExhausted, OracleInputError
 from mebench.models.registry import build_model
-from mebench.oracle import Oracle
+from mebench.oracle import AnswerPipeline, AnswerTransform, Oracle, Temperature, build_answers
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)
@@ -115,3 +115,59 @@ def test_engine_rejects_an_attack_that_proposes_the_wrong_number_of_images(make_
     monkeypatch.setattr(RandomAttack, "propose", one_short)
     with pytest.raises(RuntimeError, match="proposed"):
         engine.run(make_cfg(), progress=False)
+
+
+class _Round(AnswerTransform):
+    """A probability-space step that coarsens answers (a defense-like transform) and counts its calls."""
+
+    name, space = "round", "probs"
+
+    def __init__(self) -> None:
+        self.images = 0
+
+    def apply(self, scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        self.images += int(x.shape[0])
+        r = torch.round(scores * 4) / 4 + 1e-3
+        return r / r.sum(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("mode", ["soft_prob", "hard_top1"])
+@given(budget=st.integers(0, 200), sizes=st.lists(st.integers(1, 60), max_size=8))
+def test_answer_transforms_leave_the_budget_accounting_unchanged(mode, budget, sizes):
+    # contract 1.1, 1.2: victim -> transforms -> output mode; one image is one query whatever the transforms do
+    plain = make_oracle(budget, mode)
+    rounding = _Round()
+    pipeline = AnswerPipeline(plain.answers.victim, [Temperature(2.0), rounding])
+    piped = Oracle(pipeline, mode, budget, SHAPE)
+    for n in sizes:
+        x = torch.rand(n, *SHAPE)
+        if plain.queries_used + n > budget:
+            for oracle in (plain, piped):
+                with pytest.raises(BudgetExhausted):
+                    oracle.query(x)
+        else:
+            a, b = plain.query(x), piped.query(x)
+            assert len(a) == len(b) == n
+            if mode == "soft_prob":
+                assert torch.allclose(b.y.sum(dim=1), torch.ones(n))
+            else:
+                z = plain.answers.victim.logits(x) / 2.0
+                want = rounding.apply(torch.softmax(z, dim=1), x).argmax(dim=1)
+                rounding.images -= n
+                assert torch.equal(b.y, want)  # the label is the top-1 of the transformed answer
+        assert piped.queries_used == plain.queries_used
+        assert rounding.images == piped.queries_used  # each charged image passed the transform once
+
+
+def test_transform_order_and_reference_answers():
+    # contract 1.2, 1.3: logits steps precede probability steps; metrics see only reference steps (temperature)
+    victim = make_oracle(10).answers.victim
+    with pytest.raises(ValueError, match="logits come before"):
+        AnswerPipeline(victim, [_Round(), Temperature(2.0)])
+    x = torch.rand(5, *SHAPE)
+    pipeline = AnswerPipeline(victim, [Temperature(2.0), _Round()])
+    tempered = torch.softmax(victim.logits(x) / 2.0, dim=1)
+    assert torch.allclose(pipeline.reference_probs(x), tempered)
+    assert not torch.allclose(pipeline.probs(x), tempered)
+    assert torch.equal(build_answers(victim, 1.0).probs(x), victim.probs(x))  # T = 1: no step at all
+    assert [t["name"] for t in build_answers(victim, 0.5).describe()] == ["temperature"]

@@ -29,7 +29,7 @@ from mebench.data.pools import Pool
 from mebench.data.profiles import DatasetProfile, get_profile
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
-from mebench.oracle import Oracle
+from mebench.oracle import AnswerPipeline, Oracle, build_answers
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator, seed_everything
@@ -54,6 +54,7 @@ class Prepared:
     num_classes: int
     device: torch.device
     victim: FrozenVictim
+    answers: AnswerPipeline
     victim_meta: dict[str, Any]
     evaluator: Evaluator
     surrogate_images: Optional[torch.Tensor] = None
@@ -85,11 +86,12 @@ def prepare(cfg: RunConfig) -> Prepared:
     test_x, test_y = load_split(profile.name, root, train=False, download=cfg.dataset.download)
     num_classes = profile.num_classes
     net, meta = load_victim_module(cfg.victim, num_classes)
-    victim = FrozenVictim(net, device, cfg.victim.temperature)
-    probs = victim.probs_chunked(test_x)
-    evaluator = Evaluator(test_x, test_y, probs, cfg.attack.output_mode == "soft_prob", device)
+    victim = FrozenVictim(net, device)
+    answers = build_answers(victim, cfg.victim.temperature)
+    evaluator = Evaluator(test_x, test_y, answers.reference_probs(test_x), cfg.attack.output_mode == "soft_prob", device)
     meta["test_accuracy_measured"] = evaluator.victim_accuracy()
-    prep = Prepared(profile, num_classes, device, victim, meta, evaluator)
+    meta["answer_transforms"] = answers.describe()
+    prep = Prepared(profile, num_classes, device, victim, answers, meta, evaluator)
     if cfg.dataset.data_mode == "surrogate":
         prep.surrogate_images = load_split(cfg.dataset.surrogate_name, root, True, cfg.dataset.download)[0]
     elif cfg.dataset.data_mode == "seed":
@@ -161,7 +163,7 @@ def make_track_a_trainer(cfg: RunConfig, prep: Prepared) -> TrackATrainer:
 
 def make_oracle(cfg: RunConfig, prep: Prepared) -> Oracle:
     """A fresh oracle with the full budget of ``cfg`` over the shared frozen victim."""
-    return Oracle(prep.victim, cfg.attack.output_mode, cfg.budget.max_budget,
+    return Oracle(prep.answers, cfg.attack.output_mode, cfg.budget.max_budget,
                   (cfg.victim.channels, *cfg.victim.input_size))
 
 

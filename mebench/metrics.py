@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mebench.inference import eval_logits
 from mebench.types import Metrics
 
 
@@ -53,16 +54,8 @@ class Evaluator:
         self.soft = soft
         self.batch_size = batch_size
 
-    @torch.no_grad()
     def logits(self, model: nn.Module) -> torch.Tensor:
-        was = model.training
-        model.eval()
-        out = []
-        for i in range(0, int(self.x.shape[0]), self.batch_size):
-            xb = self.x[i : i + self.batch_size]
-            out.append(model(xb.float().div_(255.0) if xb.dtype == torch.uint8 else xb).float())
-        model.train(was)
-        return torch.cat(out)
+        return eval_logits(model, self.x, self.batch_size)
 
     def evaluate(self, model: nn.Module) -> Metrics:
         return metrics_from_logits(self.logits(model), self.victim_probs, self.y, self.soft)

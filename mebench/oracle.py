@@ -1,21 +1,113 @@
 """The only door to the victim (contract §1, §4.1, §14.1).
 
-``Oracle.query(x)`` checks the batch, charges the budget one query per image,
-runs the victim frozen (eval + no_grad, see ``FrozenVictim``) and returns either
-softmax probabilities at T = 1.0 (``soft_prob``) or top-1 labels
-(``hard_top1``). A batch that would overdraw the budget raises
-``BudgetExhausted`` and nothing is answered or counted; a malformed batch
-(wrong shape or dtype, values outside [0, 1], NaN or inf) raises
+An answer goes victim -> answer transforms -> output mode:
+
+1. the frozen victim (``FrozenVictim``: eval + no_grad) gives logits;
+2. an :class:`AnswerPipeline` applies its transforms, first those on logits,
+   then a softmax, then those on probabilities. Temperature (the ``tempered``
+   oracle profile) is the first such transform; defenses that perturb answers
+   are further ones (registered in ``ANSWER_TRANSFORMS``);
+3. :class:`Oracle` returns the probabilities (``soft_prob``) or their top-1
+   label (``hard_top1``).
+
+``Oracle.query(x)`` checks the batch and charges the budget one query per
+image, whatever the transforms do. A batch that would overdraw the budget
+raises ``BudgetExhausted`` and nothing is answered or counted; a malformed
+batch (wrong shape or dtype, values outside [0, 1], NaN or inf) raises
 ``OracleInputError`` and is not counted either.
 """
 
 from __future__ import annotations
 
+from typing import Literal, Sequence, Union
+
 import torch
 
 from mebench.errors import BudgetExhausted, OracleInputError
+from mebench.registry import Registry
 from mebench.types import OUTPUT_MODES, OracleOutput
+from mebench.inference import chunked
 from mebench.victims.wrapper import FrozenVictim
+
+
+class AnswerTransform:
+    """One step between the victim and the answer.
+
+    ``space`` says what ``apply`` receives and returns: ``"logits"`` (before
+    the softmax) or ``"probs"`` (after it; rows must stay probability vectors).
+    ``reference`` says whether the benchmark's metrics compare substitutes
+    with the answers *after* this step: true for an oracle profile such as
+    temperature (the tempered victim is the victim), false for a defense,
+    whose perturbations the metrics look past.
+    """
+
+    name: str = "transform"
+    space: Literal["logits", "probs"] = "probs"
+    reference: bool = False
+
+    def apply(self, scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Transform one batch of scores; ``x`` is the queried batch (pixels in [0, 1])."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """What the run's summary records about this step."""
+        return {"name": self.name, "space": self.space}
+
+
+ANSWER_TRANSFORMS: Registry[type[AnswerTransform]] = Registry("answer transform", "mebench.answer_transforms")
+
+
+@ANSWER_TRANSFORMS.register("temperature")
+class Temperature(AnswerTransform):
+    """Softmax at temperature T: logits divided by T (the ``tempered`` profile, §1.2)."""
+
+    name, space, reference = "temperature", "logits", True
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = float(temperature)
+
+    def apply(self, scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return scores / self.temperature
+
+    def describe(self) -> dict:
+        return {**super().describe(), "temperature": self.temperature}
+
+
+class AnswerPipeline:
+    """A frozen victim followed by answer transforms; ``probs(x)`` is what the oracle answers."""
+
+    def __init__(self, victim: FrozenVictim, transforms: Sequence[AnswerTransform] = ()) -> None:
+        spaces = [t.space for t in transforms]
+        if spaces != sorted(spaces, key=("logits", "probs").index):
+            raise ValueError(f"transforms on logits come before those on probabilities, got {spaces}")
+        self.victim = victim
+        self.transforms = tuple(transforms)
+
+    def probs(self, x: torch.Tensor, reference_only: bool = False) -> torch.Tensor:
+        """Answers to one batch; ``reference_only`` applies only the transforms the metrics include."""
+        steps = [t for t in self.transforms if t.reference or not reference_only]
+        z = self.victim.logits(x)
+        for t in steps:
+            if t.space == "logits":
+                z = t.apply(z, x)
+        p = torch.softmax(z, dim=1)
+        for t in steps:
+            if t.space == "probs":
+                p = t.apply(p, x)
+        return p
+
+    def reference_probs(self, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
+        """The victim's answers the metrics compare with (test split; not charged to any budget)."""
+        return chunked(lambda xb: self.probs(xb, reference_only=True), x, self.victim.device, batch_size)
+
+    def describe(self) -> list[dict]:
+        return [t.describe() for t in self.transforms]
+
+
+def build_answers(victim: FrozenVictim, temperature: float = 1.0) -> AnswerPipeline:
+    """The run's pipeline: temperature first (when T != 1), defenses after it."""
+    return AnswerPipeline(victim, [Temperature(temperature)] if temperature != 1.0 else [])
+
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -23,17 +115,22 @@ _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 class Oracle:
     """Budgeted black-box access to a victim."""
 
-    def __init__(self, victim: FrozenVictim, output_mode: str, budget: int,
+    def __init__(self, victim: Union[AnswerPipeline, FrozenVictim], output_mode: str, budget: int,
                  input_shape: tuple[int, int, int]) -> None:
         if output_mode not in OUTPUT_MODES:
             raise ValueError(f"output_mode must be one of {OUTPUT_MODES}, got {output_mode!r}")
         if budget < 0:
             raise ValueError("budget must be >= 0")
-        self.victim = victim
+        self.answers = victim if isinstance(victim, AnswerPipeline) else AnswerPipeline(victim)
         self.output_mode = output_mode
         self.budget = int(budget)
         self.input_shape = tuple(input_shape)
         self.queries_used = 0
+
+    @property
+    def victim(self) -> FrozenVictim:
+        """The frozen victim at the start of the answer pipeline."""
+        return self.answers.victim
 
     @property
     def budget_left(self) -> int:
@@ -63,7 +160,7 @@ class Oracle:
         if n > self.budget_left:
             raise BudgetExhausted(
                 f"query of {n} images would overdraw the budget ({self.budget_left} of {self.budget} left)")
-        probs = self.victim.probs(x)
+        probs = self.answers.probs(x)
         self.queries_used += n
         if self.output_mode == "soft_prob":
             return OracleOutput("soft_prob", probs)

@@ -62,7 +62,8 @@ from mebench.attacks import selection as sel
 from mebench.attacks.base import Attack, AttackContext, register_attack
 from mebench.errors import ConfigError, DivergenceError
 from mebench.seeding import derive_seed
-from mebench.training.loop import OPTIMIZER_NAMES, OptimizerSpec, make_optimizer, predict_logits
+from mebench.inference import eval_logits
+from mebench.training.loop import OPTIMIZER_NAMES, OptimizerSpec, make_optimizer
 from mebench.training.losses import loss_for
 from mebench.types import OracleOutput, QueryBatch
 
@@ -193,7 +194,7 @@ def fit_substitute(model: nn.Module, train: tuple[torch.Tensor, torch.Tensor],
         left = None if p.max_steps is None else p.max_steps - steps
         steps += _train_epoch(model, opt, *train, loss_for(output_mode), p.batch_size, generator, left)
         if val_labels.numel():
-            f1 = macro_f1(predict_logits(model, val[0]).argmax(dim=1), val_labels, num_classes)
+            f1 = macro_f1(eval_logits(model, val[0]).argmax(dim=1), val_labels, num_classes)
             best, best_state, bad = ((f1, copy.deepcopy(model.state_dict()), 0) if f1 > best
                                      else (best, best_state, bad + 1))
         if bad >= p.patience or (p.max_steps is not None and steps >= p.max_steps):
@@ -318,7 +319,7 @@ class ActiveThief(Attack):
                                          self.ctx.output_mode, self.ctx.num_classes,
                                          torch.Generator().manual_seed(seed))
             if self.params.strategy in ("k_center", "dfal_k_center"):
-                logits = predict_logits(self._model, x[~val], self.params.chunk_size)
+                logits = eval_logits(self._model, x[~val], self.params.chunk_size)
                 self._centers = torch.softmax(logits, dim=1)
             self._model_n = n
         assert self._model is not None

@@ -120,17 +120,6 @@ def train_steps(
     return model
 
 
-@torch.no_grad()
-def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
-    """Logits of ``model`` on ``x`` (eval mode, chunked), on the model's device."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    out = [model(x[i : i + batch_size].to(device)) for i in range(0, int(x.shape[0]), batch_size)]
-    model.train(was_training)
-    return torch.cat(out) if out else torch.empty(0, device=device)
-
-
 def steps_for_budget(budget: int, c: float) -> int:
     """S(B) = ceil(c * B) (contract §8), computed exactly for decimal c like 0.2."""
     from fractions import Fraction

@@ -24,6 +24,7 @@ from mebench.config import build_dataclass, read_yaml_file
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.profiles import PROFILES, get_profile
 from mebench.errors import ConfigError
+from mebench.inference import eval_logits
 from mebench.models.registry import MODELS, Normalized
 from mebench.registry import unknown_name_message
 from mebench.runinfo import machine_info
@@ -129,7 +130,7 @@ def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = Non
                     optimizer=recipe.optimizer, generator=torch.Generator().manual_seed(recipe.seed),
                     transform=crop_flip if recipe.augment == "crop_flip" else None,
                     on_step=lambda _: bar.update())
-    acc = _accuracy(model, tx, ty, device)
+    acc = _accuracy(model, tx, ty)
     sha = save_victim(out, net, recipe.arch, prof.num_classes, prof.channels, prof.input_size)
     meta = {"victim_id": recipe.name, "arch": recipe.arch, "dataset": prof.name, "test_accuracy": acc,
             "checkpoint": str(out), "sha256": sha, "recipe": asdict(recipe), "train_steps": steps,
@@ -138,11 +139,7 @@ def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = Non
     return meta
 
 
-@torch.no_grad()
-def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> float:
-    model.eval()
-    correct = 0
-    for i in range(0, x.shape[0], 2048):
-        logits = model(x[i : i + 2048].to(device).float().div_(255.0))
-        correct += int((logits.argmax(1).cpu() == y[i : i + 2048]).sum())
-    return correct / x.shape[0]
+def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Top-1 accuracy of ``model`` on uint8 images ``x`` (on the model's device)."""
+    pred = eval_logits(model, x).argmax(1).cpu()
+    return int((pred == y).sum()) / x.shape[0]

@@ -11,16 +11,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mebench.inference import chunked
+
 
 class FrozenVictim:
-    """Pixel-space ``[0, 1]`` in, probabilities out (softmax at temperature ``T``)."""
+    """Pixel-space ``[0, 1]`` in, logits or softmax probabilities out (answer transforms: ``mebench.oracle``)."""
 
-    def __init__(self, model: nn.Module, device: torch.device | str, temperature: float = 1.0) -> None:
+    def __init__(self, model: nn.Module, device: torch.device | str) -> None:
         self.model = model.to(device)
         self.model.eval()
         self.model.requires_grad_(False)
         self.device = torch.device(device)
-        self.temperature = float(temperature)
         self._modules = list(self.model.modules())
 
     def _ensure_eval(self) -> None:
@@ -34,16 +35,9 @@ class FrozenVictim:
 
     @torch.no_grad()
     def probs(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.logits(x)
-        if self.temperature != 1.0:
-            z = z / self.temperature
-        return torch.softmax(z, dim=1)
+        return torch.softmax(self.logits(x), dim=1)
 
-    @torch.no_grad()
     def probs_chunked(self, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
         """Probabilities for a large set (the test split), uint8 or float input."""
-        out = []
-        for i in range(0, int(x.shape[0]), batch_size):
-            xb = x[i : i + batch_size].to(self.device)
-            out.append(self.probs(xb.float().div_(255.0) if xb.dtype == torch.uint8 else xb))
-        return torch.cat(out)
+        return chunked(self.probs, x, self.device, batch_size)
+
