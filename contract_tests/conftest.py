@@ -12,6 +12,18 @@ from mebench.testing import register_synthetic, synthetic_config, synthetic_conf
 register_synthetic()
 
 
+def _load_hypothesis_profile() -> None:
+    """Hypothesis settings for these tests, from ``MEBENCH_HYPOTHESIS_PROFILE`` (``ci``, the default, or ``dev``)."""
+    from hypothesis import settings
+
+    settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
+    settings.register_profile("dev", max_examples=15, deadline=None)
+    settings.load_profile(os.environ.get("MEBENCH_HYPOTHESIS_PROFILE", "ci"))
+
+
+_load_hypothesis_profile()
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny tensors: a multi-threaded pool only adds latency (10x on a busy 2-core machine).

@@ -21,7 +21,8 @@ from torch import nn
 from mebench.attacks import ATTACKS, AttackContext
 from mebench.attacks import activethief as at
 from mebench.attacks import selection as sel
-from mebench.config import build_dataclass, load_config
+from mebench.config import build_dataclass
+from mebench.validation import load_config
 from mebench.data.cache import QueryStore
 from mebench.data.pools import Pool
 from mebench.data.profiles import get_profile

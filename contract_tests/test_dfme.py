@@ -22,7 +22,7 @@ from torch import nn
 
 from mebench.attacks import ATTACKS, AttackContext
 from mebench.attacks import dfme
-from mebench.config import attack_params, load_config, validate
+from mebench.validation import attack_params, load_config, validate
 from mebench.data.cache import QueryStore
 from mebench.data.profiles import get_profile
 from mebench.engine import collect

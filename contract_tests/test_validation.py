@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mebench import cli, engine
-from mebench.config import load_config, parse_config, validate
+from mebench.config import parse_config
+from mebench.validation import load_config, validate
 from mebench.errors import ConfigError
 from mebench.testing import deep_update
 

@@ -22,13 +22,12 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from mebench.metrics import METRIC_NAMES
 from mebench.types import CheckpointResult
 
-METRICS_COLUMNS: tuple[str, ...] = (
-    "seed", "checkpoint_B", "track", "acc_gt", "agreement", "kl_mean", "l1_mean",
-    "attack", "data_mode", "output_mode", "victim_id", "substitute_arch",
-)
-METRIC_NAMES: tuple[str, ...] = ("acc_gt", "agreement", "kl_mean", "l1_mean")
+#: What identifies a row's condition (§16.2); seeds of one condition aggregate together.
+IDENTITY_COLUMNS: tuple[str, ...] = ("attack", "data_mode", "output_mode", "victim_id", "substitute_arch")
+METRICS_COLUMNS: tuple[str, ...] = ("seed", "checkpoint_B", "track", *METRIC_NAMES, *IDENTITY_COLUMNS)
 
 
 _UMASK = os.umask(0)
@@ -80,10 +79,8 @@ def atomic_save_torch(obj: Any, path: Path) -> None:
 
 def metrics_row(r: CheckpointResult, ident: dict[str, str]) -> dict[str, Any]:
     """One metrics.csv row (empty KL/L1 for hard_top1)."""
-    m = r.metrics
     return {"seed": r.seed, "checkpoint_B": r.checkpoint_B, "track": r.track,
-            "acc_gt": m.acc_gt, "agreement": m.agreement, "kl_mean": m.kl_mean, "l1_mean": m.l1_mean,
-            **ident}
+            **{name: getattr(r.metrics, name) for name in METRIC_NAMES}, **ident}
 
 
 def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
@@ -129,7 +126,7 @@ def aggregate_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     if not rows:
         return []
     df = pd.DataFrame(list(rows))
-    keys = ["attack", "data_mode", "output_mode", "victim_id", "substitute_arch", "checkpoint_B", "track"]
+    keys = [*IDENTITY_COLUMNS, "checkpoint_B", "track"]
     long = df.melt(id_vars=keys + ["seed"], value_vars=list(METRIC_NAMES), var_name="metric")
     long = long.dropna(subset=["value"])
     long["value"] = long["value"].astype(float)
@@ -143,8 +140,7 @@ def aggregate_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return recs
 
 
-AGGREGATE_COLUMNS = ("attack", "data_mode", "output_mode", "victim_id", "substitute_arch",
-                     "checkpoint_B", "track", "metric", "mean", "std", "n_seeds")
+AGGREGATE_COLUMNS = (*IDENTITY_COLUMNS, "checkpoint_B", "track", "metric", "mean", "std", "n_seeds")
 
 
 def write_aggregate_csv(path: Path, recs: Sequence[dict[str, Any]]) -> None:

@@ -12,7 +12,7 @@ import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import pytest
 
@@ -21,7 +21,7 @@ from mebench.grid import Cell
 if TYPE_CHECKING:
     from mebench.config import RunConfig
     from mebench.engine import SeedResult
-    from mebench.session import BenchSession
+    from mebench.progress import Say
 
 RECORD_KEY = "mebench_cell"
 CELL_ID_KEY = "mebench_cell_id"
@@ -105,14 +105,20 @@ def plain(obj: Any) -> Any:
 
 
 class CellRecorder:
-    """A cell's record: written to ``result.json`` where the cell ran and sent to the controller."""
+    """A cell's record: written to ``result.json`` where the cell ran and sent to the controller.
 
-    def __init__(self, bench: "BenchSession", cell: Cell, item: pytest.Item, run_config: "RunConfig",
-                 device: str) -> None:
-        self.bench, self.cell, self.item = bench, cell, item
-        self.run_config, self.device = run_config, device
-        self.artifacts_dir = bench.cell_dir(cell)
-        self.say = bench.progress_say(cell)
+    It needs only the cell, its run config and device, the cell's folder, the
+    process's worker id, the test item (whose report carries the record to the
+    controller), the ``pytest_mebench_update_cell`` hook caller with its
+    ``config``, and a progress ``say`` (or ``None``).
+    """
+
+    def __init__(self, cell: Cell, run_config: "RunConfig", device: str, artifacts_dir: Path, *, worker: str,
+                 item: Optional[pytest.Item] = None, update_hook: Optional[Callable[..., Any]] = None,
+                 config: Optional[pytest.Config] = None, say: Optional["Say"] = None) -> None:
+        self.cell, self.run_config, self.device = cell, run_config, device
+        self.artifacts_dir, self.worker, self.item = artifacts_dir, worker, item
+        self.update_hook, self.config, self.say = update_hook, config, say
         self.started = time.perf_counter()
         for stale in self.artifacts_dir.iterdir():  # a rerun never mixes with an older run's files
             if stale.is_file():
@@ -139,7 +145,7 @@ class CellRecorder:
         summary = result.summary if result is not None else read_json(self.artifacts_dir / "summary.json")
         c = self.cell
         record = {
-            "id": c.id, "nodeid": self.item.nodeid, "status": status, "problems": list(problems), "error": error,
+            "id": c.id, "nodeid": self.item.nodeid if self.item is not None else None, "status": status, "problems": list(problems), "error": error,
             "attack": c.attack, "label": c.label, "data_mode": c.data_mode, "output_mode": c.output_mode,
             "seed": c.seed, "cell_hash": c.hash, "budgets": list(self.run_config.budget.checkpoints),
             "budgets_dropped": list(c.dropped_budgets), "config": self.run_config.to_dict(),
@@ -148,12 +154,14 @@ class CellRecorder:
             "artifacts": {p.name: str(p) for p in sorted(self.artifacts_dir.iterdir())
                           if p.is_file() and not p.name.startswith(".") and p.name != "result.json"},
             "timings": {"cell_s": time.perf_counter() - self.started, **dict(summary.get("timings_s") or {})},
-            "device": self.device, "worker": self.bench.worker_id, "resumed": False,
+            "device": self.device, "worker": self.worker, "resumed": False,
         }
-        self.bench.config.hook.pytest_mebench_update_cell(config=self.bench.config, cell=c, record=record)
+        if self.update_hook is not None:
+            self.update_hook(config=self.config, cell=c, record=record)
         record = plain(record)
         artifacts.atomic_write_json(self.artifacts_dir / "result.json", record)
-        self.item.user_properties.append((RECORD_KEY, record))
+        if self.item is not None:
+            self.item.user_properties.append((RECORD_KEY, record))
         return record
 
 

@@ -94,7 +94,7 @@ def _set_threads(threads: "int | None") -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from mebench import engine
-    from mebench.config import load_config
+    from mebench.validation import load_config
 
     cfg = load_config(args.config, overrides={"seeds": args.seeds, "budgets": args.budgets, "device": args.device,
                                               "data_root": args.data_root, "output_dir": args.out,

@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from mebench import artifacts
 from mebench.attacks import ATTACKS, AttackContext
-from mebench.config import RunConfig, attack_params, seed_pool_size, validate
+from mebench.config import RunConfig
+from mebench.validation import attack_params, seed_pool_size, validate
 from mebench.data.augment import grow_pool
 from mebench.data.cache import QueryStore
 from mebench.data.datasets import load_split, resolve_data_root
@@ -35,7 +36,7 @@ from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator, seed_everything
 from mebench.state import EngineState
 from mebench.training.track_a import TrackASpec, TrackATrainer
-from mebench.types import CheckpointResult, Metrics
+from mebench.types import CheckpointResult
 from mebench.victims.load import load_victim_module
 from mebench.victims.wrapper import FrozenVictim
 

@@ -301,7 +301,8 @@ def _data_modes(grid: Grid, attack: AttackSpec, cls: Any) -> list[str]:
 def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str, output_mode: str,
                seed: int, budgets: tuple[int, ...], rootdir: Path, vkey: Optional[str],
                victim: dict) -> Optional[Cell]:
-    from mebench.config import parse_config, validate
+    from mebench.config import parse_config
+    from mebench.validation import validate
 
     prefix = grid.spec.name if vkey is None else f"{grid.spec.name}-{vkey}"
     cell_id = f"{prefix}-{label}-{data_mode}-{output_mode}-s{seed}"
@@ -347,7 +348,7 @@ def _run_config_dict(spec: BenchmarkSpec, victim: dict, cell_id: str, attack: st
 def _feasible_budgets(cfg: "RunConfig", budgets: tuple[int, ...]) -> tuple[int, ...]:
     """Checkpoints whose budget the attacker's pool can supply without repeating an image."""
     from mebench.attacks import ATTACKS
-    from mebench.config import attack_params
+    from mebench.validation import attack_params
     from mebench.data.profiles import PROFILES
 
     d = cfg.dataset

@@ -1,15 +1,14 @@
 """mebench's pytest plugin (registered through the ``pytest11`` entry point).
 
 Hooks stay short and hand off to :class:`mebench.session.BenchSession`, kept in
-``config.stash``. The benchmark grid itself is expanded by
-``benchmarks/conftest.py``; this file adds the options, the markers, the
-``pytest_mebench_*`` hooks (``mebench.hookspec``), the result merge and the
-JSON report, and selects the hypothesis settings profile.
+``config.stash``. This file adds the options, the markers, the
+``pytest_mebench_*`` hooks (``mebench.hookspec``), the result merge and the JSON
+report; it changes nothing for test suites that do not run the grid. The grid's
+fixtures and cell generation are in ``mebench.harness``, which a benchmarks
+folder imports in its ``conftest.py``.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -25,7 +24,7 @@ MARKERS = {
 
 
 def bench_session(config: pytest.Config) -> BenchSession:
-    """The run's BenchSession (for fixtures in ``benchmarks/conftest.py``)."""
+    """The run's BenchSession (for the fixtures in ``mebench.harness``)."""
     return config.stash[BENCH_KEY]
 
 
@@ -73,7 +72,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if not bench.is_worker:
         config.pluginmanager.register(_ResultListener(bench), "mebench-results")
         bench.gpu_warning = bench.check_gpus()  # said once, at the start (pytest_sessionstart)
-    _load_hypothesis_profile()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -129,13 +127,3 @@ class _ResultListener:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.bench.add_report(report)
 
-
-def _load_hypothesis_profile() -> None:
-    """Select the hypothesis settings profile from ``MEBENCH_HYPOTHESIS_PROFILE`` (dev/ci)."""
-    try:
-        from hypothesis import settings
-    except ImportError:
-        return
-    settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
-    settings.register_profile("dev", max_examples=15, deadline=None)
-    settings.load_profile(os.environ.get("MEBENCH_HYPOTHESIS_PROFILE", "ci"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 import re
 import time
 from dataclasses import dataclass
