@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from mebench import engine
 from mebench.data.augment import grow_pool
-from mebench.data.datasets import SOURCES, load_split
-from mebench.data.profiles import get_profile
+from mebench.data.datasets import load_split
+from mebench.data.profiles import PROFILES, DatasetProfile, get_profile, register_dataset
 from mebench.errors import DataMissingError
 from mebench.models.registry import build_model
 
@@ -111,4 +113,25 @@ def test_real_mnist_and_fashion_mnist_load(data_root):
     assert x.shape == (10000, 1, 28, 28) and x.dtype == torch.uint8 and int(y.max()) == 9
     fx, _ = load_split("FashionMNIST", data_root, train=True)
     assert fx.shape == (60000, 1, 28, 28)
-    assert "MNIST" in SOURCES and "FashionMNIST" in SOURCES
+    assert PROFILES.get("MNIST").reader is not None and PROFILES.get("FashionMNIST").reader is not None
+
+
+def test_a_dataset_is_registered_once_with_its_reader_and_a_surrogate_declares_whom_it_serves():
+    # contract 2, 3.2: one registration per dataset; a plugin surrogate needs no edit of the victim's profile
+    with pytest.raises(ValueError, match="needs a reader"):
+        register_dataset(DatasetProfile("NOREADER", 1, (28, 28), 10, (0.5,), (0.5,), 10, 10))
+    assert "NOREADER" not in PROFILES
+    with pytest.raises(ValueError, match="victim's shape"):
+        register_dataset(DatasetProfile("BIGSUR", 3, (32, 32), 10, (0.5,) * 3, (0.5,) * 3, 10, 10,
+                                        serves=("MNIST",), reader=lambda root, train, download: None))
+    plugin = DatasetProfile("PLUGSUR", 1, (28, 28), 10, (0.5,), (0.5,), 10, 10, serves=("MNIST",),
+                            reader=lambda root, train, download: (torch.zeros(10, 1, 28, 28, dtype=torch.uint8),
+                                                                  torch.zeros(10, dtype=torch.int64)))
+    register_dataset(plugin)
+    try:
+        assert get_profile("MNIST").surrogates[-1] == "PLUGSUR"
+        x, _ = load_split("PLUGSUR", Path("."), train=True)
+        assert x.shape == (10, 1, 28, 28)
+    finally:
+        PROFILES.unregister("PLUGSUR")
+    assert "PLUGSUR" not in get_profile("MNIST").surrogates

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from mebench.metrics import METRIC_NAMES
+from mebench.serial import jsonable
 from mebench.types import CheckpointResult
 
 #: What identifies a row's condition (§16.2); seeds of one condition aggregate together.
@@ -54,21 +55,9 @@ def atomic_write_text(path: Path, text: str) -> None:
     _atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
 def atomic_write_json(path: Path, obj: Any) -> None:
     """JSON with numbers kept as numbers; non-finite floats become null."""
-    atomic_write_text(path, json.dumps(_json_safe(obj), indent=2, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
 def atomic_save_torch(obj: Any, path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 import pytest
 
 from mebench.grid import Cell
+from mebench.serial import jsonable
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -99,11 +100,6 @@ class PrefixAudit:
                 self.problems.append(f"§7: D_{n} as trained on is not the first {n} queries of the final log")
 
 
-def plain(obj: Any) -> Any:
-    """JSON-compatible copy (tuples -> lists, paths -> str); non-finite floats stay floats here."""
-    return json.loads(json.dumps(obj, default=str))
-
-
 class CellRecorder:
     """A cell's record: written to ``result.json`` where the cell ran and sent to the controller.
 
@@ -158,7 +154,7 @@ class CellRecorder:
         }
         if self.update_hook is not None:
             self.update_hook(config=self.config, cell=c, record=record)
-        record = plain(record)
+        record = jsonable(record, finite=False)  # NaN stays a float here; the JSON writers drop it
         artifacts.atomic_write_json(self.artifacts_dir / "result.json", record)
         if self.item is not None:
             self.item.user_properties.append((RECORD_KEY, record))

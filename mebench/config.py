@@ -11,8 +11,6 @@ current folder, then from the file's own folder (``resolve_paths``).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +20,7 @@ import yaml
 
 from mebench import builder
 from mebench.errors import ConfigError
+from mebench.serial import config_hash, jsonable
 from mebench.training.loop import OptimizerSpec
 from mebench.types import OUTPUT_MODES
 
@@ -130,7 +129,7 @@ class RunConfig:
     cache: CacheSection = CacheSection()
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        return jsonable(dataclasses.asdict(self))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -140,21 +139,13 @@ class RunConfig:
         d = self.to_dict()
         for key in ignore_run_keys:
             d["run"].pop(key, None)
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        return config_hash(d)
 
     def attack_label(self) -> str:
         return self.attack.label or self.attack.name
 
     def replace(self, **sections: Any) -> "RunConfig":
         return dataclasses.replace(self, **sections)
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
 
 
 # --------------------------------------------------------------------------- parsing

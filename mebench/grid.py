@@ -347,16 +347,6 @@ def _run_config_dict(spec: BenchmarkSpec, victim: dict, cell_id: str, attack: st
 
 def _feasible_budgets(cfg: "RunConfig", budgets: tuple[int, ...]) -> tuple[int, ...]:
     """Checkpoints whose budget the attacker's pool can supply without repeating an image."""
-    from mebench.attacks import ATTACKS
-    from mebench.validation import attack_params
-    from mebench.data.profiles import PROFILES
+    from mebench.validation import pool_supplies
 
-    d = cfg.dataset
-    if d.data_mode == "surrogate" and d.surrogate_name in PROFILES:
-        size = PROFILES.get(d.surrogate_name).train_size
-    elif d.data_mode == "seed" and d.seed_pool_size:
-        size = d.seed_pool_size
-    else:
-        return budgets
-    cls, params = ATTACKS.get(cfg.attack.name), attack_params(cfg)
-    return tuple(b for b in budgets if cls.required_pool_size(params, b) <= size)
+    return tuple(b for b in budgets if pool_supplies(cfg, b))

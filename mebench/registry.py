@@ -57,6 +57,11 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
+    def values(self) -> list[T]:
+        """Every plugin, in registration order."""
+        self._load_entry_points()
+        return list(self._items.values())
+
     def get(self, name: str) -> T:
         """The plugin called ``name``; an unknown name gets the nearest suggestion."""
         self._load_entry_points()

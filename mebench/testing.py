@@ -22,8 +22,7 @@ import torch
 from torch import nn
 
 from mebench.config import RunConfig, parse_config
-from mebench.data.datasets import SOURCES, register_source
-from mebench.data.profiles import PROFILES, DatasetProfile, register_profile
+from mebench.data.profiles import PROFILES, DatasetProfile, register_dataset
 from mebench.models.registry import MODELS, register_model
 
 SYNTH_SHAPE = (1, 8, 8)
@@ -48,14 +47,12 @@ def register_synthetic() -> None:
     if "SYNTH" in PROFILES:
         return
     norm = ((0.5,), (0.25,))
-    register_profile(DatasetProfile("SYNTH", 1, (8, 8), SYNTH_CLASSES, *norm, train_size=SYNTH_SIZES["SYNTH"][0],
-                                    test_size=SYNTH_SIZES["SYNTH"][1], surrogates=("SYNTHSUR",),
-                                    victim_dataset=True))
-    register_profile(DatasetProfile("SYNTHSUR", 1, (8, 8), SYNTH_CLASSES, *norm,
-                                    train_size=SYNTH_SIZES["SYNTHSUR"][0], test_size=SYNTH_SIZES["SYNTHSUR"][1]))
-    for name in ("SYNTH", "SYNTHSUR"):
-        if name not in SOURCES:
-            register_source(name)(lambda root, train, download, _n=name: _images(_n, train))
+    register_dataset(DatasetProfile("SYNTH", 1, (8, 8), SYNTH_CLASSES, *norm, train_size=SYNTH_SIZES["SYNTH"][0],
+                                    test_size=SYNTH_SIZES["SYNTH"][1], victim_dataset=True,
+                                    reader=lambda root, train, download: _images("SYNTH", train)))
+    register_dataset(DatasetProfile("SYNTHSUR", 1, (8, 8), SYNTH_CLASSES, *norm,
+                                    train_size=SYNTH_SIZES["SYNTHSUR"][0], test_size=SYNTH_SIZES["SYNTHSUR"][1],
+                                    serves=("SYNTH",), reader=lambda root, train, download: _images("SYNTHSUR", train)))
     if "tiny_mlp" not in MODELS:
         @register_model("tiny_mlp")
         def tiny_mlp(channels: int, num_classes: int, input_size: tuple[int, int]) -> nn.Module:

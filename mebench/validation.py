@@ -184,12 +184,12 @@ def _check_dataset(cfg: RunConfig) -> None:
         victims = [n for n in PROFILES.names() if PROFILES.get(n).victim_dataset]
         raise ConfigError("dataset.name", d.name, unknown_name_message("victim dataset", d.name, victims) + " (§2.1)")
     prof = PROFILES.get(d.name)
-    need = ATTACKS.get(cfg.attack.name).required_pool_size(attack_params(cfg), cfg.budget.max_budget)
+    need = pool_need(cfg, cfg.budget.max_budget)
     if d.data_mode == "surrogate":
         if d.surrogate_name not in prof.surrogates:
             raise ConfigError("dataset.surrogate_name", d.surrogate_name,
                               f"surrogate for {d.name} must be one of {list(prof.surrogates)} (§3.2)")
-        size = PROFILES.get(d.surrogate_name).train_size
+        size = pool_size(cfg)
         if size < need:
             raise ConfigError("budget.max_budget", cfg.budget.max_budget,
                               f"the {d.surrogate_name} pool holds {size} images but the attack needs {need} "
@@ -200,7 +200,7 @@ def _check_dataset(cfg: RunConfig) -> None:
     if d.data_mode == "seed":
         if d.seed_size <= 0 or (prof.train_size and d.seed_size > prof.train_size):
             raise ConfigError("dataset.seed_size", d.seed_size, f"must be in 1..{prof.train_size} (§3.1)")
-        pool = seed_pool_size(cfg)
+        pool = pool_size(cfg)
         if pool < need:
             raise ConfigError("dataset.seed_pool_size", pool,
                               f"the augmented seed pool must hold at least {need} images for this budget")
@@ -209,6 +209,28 @@ def _check_dataset(cfg: RunConfig) -> None:
 def seed_pool_size(cfg: RunConfig) -> int:
     """Size of the augmented seed pool: ``dataset.seed_pool_size`` or 2x the max budget."""
     return cfg.dataset.seed_pool_size or 2 * cfg.budget.max_budget
+
+
+def pool_size(cfg: RunConfig) -> Optional[int]:
+    """Images the attacker's pool holds (§3): the surrogate's training split, the augmented
+    seed pool, or ``None`` without a pool (data-free). The one pool-size rule."""
+    d = cfg.dataset
+    if d.data_mode == "surrogate":
+        return PROFILES.get(d.surrogate_name).train_size
+    if d.data_mode == "seed":
+        return seed_pool_size(cfg)
+    return None
+
+
+def pool_need(cfg: RunConfig, budget: int) -> int:
+    """Distinct pool images the attack needs to reach ``budget`` (its ``required_pool_size``)."""
+    return ATTACKS.get(cfg.attack.name).required_pool_size(attack_params(cfg), budget)
+
+
+def pool_supplies(cfg: RunConfig, budget: int) -> bool:
+    """Whether the pool can supply ``budget`` without repeating an image (always, without a pool)."""
+    size = pool_size(cfg)
+    return size is None or pool_need(cfg, budget) <= size
 
 
 def _check_victim(cfg: RunConfig) -> None:

@@ -6,8 +6,8 @@ Nothing is downloaded unless asked (``dataset.download: true``, ``--download``).
 A missing dataset is a ``DataMissingError`` that names the folder searched, the
 files expected and the fix in the words of the command that read it (``HINTS``).
 
-Every reader returns ``(images uint8 [N, C, H, W], labels int64 [N])``. Readers
-are registered by name, so tests and users can add datasets (``register_source``).
+Every reader returns ``(images uint8 [N, C, H, W], labels int64 [N])``; a
+dataset's reader is part of its registration (``mebench.data.profiles``).
 
 Sewer-ML cannot be downloaded; mebench reads it from this layout::
 
@@ -20,32 +20,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
+from mebench.data.profiles import PROFILES, Reader, Split
 from mebench.errors import DataMissingError
-from mebench.registry import Registry
-
-Split = tuple[torch.Tensor, torch.Tensor]
-Reader = Callable[[Path, bool, bool], Split]
-SOURCES: Registry[Reader] = Registry("dataset source", "mebench.data_sources")
-
-EXPECTED_FILES: dict[str, list[str]] = {
-    "MNIST": ["MNIST/raw/train-images-idx3-ubyte", "MNIST/raw/t10k-images-idx3-ubyte"],
-    "FashionMNIST": ["FashionMNIST/raw/train-images-idx3-ubyte", "FashionMNIST/raw/t10k-images-idx3-ubyte"],
-    "KMNIST": ["KMNIST/raw/train-images-idx3-ubyte", "KMNIST/raw/t10k-images-idx3-ubyte"],
-    "EMNIST": ["EMNIST/raw/emnist-balanced-train-images-idx3-ubyte"],
-    "CIFAR10": ["cifar-10-batches-py/data_batch_1 .. data_batch_5", "cifar-10-batches-py/test_batch"],
-    "SVHN": ["train_32x32.mat", "test_32x32.mat"],
-    "GTSRB": ["gtsrb/GTSRB/Training/", "gtsrb/GTSRB/Final_Test/"],
-    "SewerML": ["SewerML/train/<class>/*.png", "SewerML/test/<class>/*.png"],
-}
-
-
-# Datasets torchvision can fetch (``download=True``); the others must be put in place by hand.
-DOWNLOADABLE = frozenset({"MNIST", "FashionMNIST", "KMNIST", "EMNIST", "CIFAR10", "SVHN", "GTSRB"})
 
 # How to point a command at its data, in that command's words: (data root, download).
 HINTS: dict[str, tuple[str, str]] = {
@@ -53,10 +34,6 @@ HINTS: dict[str, tuple[str, str]] = {
             "pass --download or set dataset.download: true"),
     "victim train": ("pass --data-root DIR or set MEBENCH_DATA_ROOT", "pass --download"),
 }
-
-
-def register_source(name: str) -> Callable[[Reader], Reader]:
-    return SOURCES.register(name)
 
 
 def resolve_data_root(configured: Optional[str], command: str = "run") -> Path:
@@ -75,7 +52,8 @@ def load_split(name: str, root: Path, train: bool, download: bool = False, comma
 
     ``command`` ("run" or "victim train") picks the wording of the fix in the error.
     """
-    reader = SOURCES.get(name)
+    reader = PROFILES.get(name).reader
+    assert reader is not None, f"dataset {name} was registered without a reader"
     try:
         return reader(Path(root), train, download)
     except (RuntimeError, FileNotFoundError, OSError) as e:
@@ -85,11 +63,12 @@ def load_split(name: str, root: Path, train: bool, download: bool = False, comma
 
 
 def _missing_message(name: str, root: Path, download: bool, command: str, cause: Exception) -> str:
-    files = ", ".join(EXPECTED_FILES.get(name, ["(see the dataset's documentation)"]))
+    profile = PROFILES.get(name)
+    files = ", ".join(profile.files or ["(see the dataset's documentation)"])
     where, fetch = HINTS[command]
     if download:
         fix = "the download did not provide it; check the network or put the files there by hand"
-    elif name in DOWNLOADABLE:
+    elif profile.downloadable:
         fix = f"{where}, or {fetch} to fetch it"
     else:
         fix = f"{where}; {name} cannot be downloaded, put it there by hand"
@@ -112,7 +91,7 @@ def _labels(y) -> torch.Tensor:
     return torch.as_tensor(np.asarray(y), dtype=torch.int64)
 
 
-def _torchvision_mnist_like(cls_name: str, **kw) -> Reader:
+def torchvision_mnist_like(cls_name: str, **kw) -> Reader:
     def read(root: Path, train: bool, download: bool) -> Split:
         import torchvision.datasets as tvd
 
@@ -125,22 +104,14 @@ def _torchvision_mnist_like(cls_name: str, **kw) -> Reader:
     return read
 
 
-register_source("MNIST")(_torchvision_mnist_like("MNIST"))
-register_source("FashionMNIST")(_torchvision_mnist_like("FashionMNIST"))
-register_source("KMNIST")(_torchvision_mnist_like("KMNIST"))
-register_source("EMNIST")(_torchvision_mnist_like("EMNIST", split="balanced"))
-
-
-@register_source("CIFAR10")
-def _cifar10(root: Path, train: bool, download: bool) -> Split:
+def read_cifar10(root: Path, train: bool, download: bool) -> Split:
     import torchvision.datasets as tvd
 
     ds = tvd.CIFAR10(str(root), train=train, download=download)
     return _nchw(ds.data, hwc=True), _labels(ds.targets)
 
 
-@register_source("SVHN")
-def _svhn(root: Path, train: bool, download: bool) -> Split:
+def read_svhn(root: Path, train: bool, download: bool) -> Split:
     import torchvision.datasets as tvd
 
     ds = tvd.SVHN(str(root), split="train" if train else "test", download=download)
@@ -171,8 +142,7 @@ def _pil_images_to_tensor(paths_and_labels, size: tuple[int, int]) -> Split:
     return _nchw(np.stack(xs), hwc=True), _labels(ys)
 
 
-@register_source("GTSRB")
-def _gtsrb(root: Path, train: bool, download: bool) -> Split:
+def read_gtsrb(root: Path, train: bool, download: bool) -> Split:
     """GTSRB resized to 32x32 RGB (the only shape it is used in, §3.2)."""
     import torchvision.datasets as tvd
 
@@ -180,8 +150,7 @@ def _gtsrb(root: Path, train: bool, download: bool) -> Split:
     return _pil_images_to_tensor(ds._samples, (32, 32))
 
 
-@register_source("SewerML")
-def _sewerml(root: Path, train: bool, download: bool) -> Split:
+def read_sewerml(root: Path, train: bool, download: bool) -> Split:
     """Sewer-ML from the documented ImageFolder layout (it cannot be downloaded)."""
     import torchvision.datasets as tvd
 
