@@ -1,8 +1,8 @@
 """The query loop and the two tracks (contract §7, §8, §14.3).
 
 ``run(cfg)`` validates the config, prepares what all seeds share (the frozen
-victim, the test split and the victim's test probabilities, the surrogate
-images), then for every seed: builds the pool and the attack, lets the attack
+victim and its answer pipeline, the test split and the victim's reference
+probabilities on it, the pool source images), then for every seed: builds the pool and the attack, lets the attack
 propose batches that the oracle answers and the query store records, and at
 each checkpoint B scores Track B (the attack's own substitute, if it has one)
 and Track A (a fresh substitute trained on D_B). The engine never asks what

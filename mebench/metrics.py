@@ -1,8 +1,9 @@
 """Fidelity and accuracy metrics on the full test split (contract §1.3).
 
-For test examples i = 1..N with victim probabilities p_v(i) (the oracle's
-soft output, softmax at T = 1) and substitute probabilities p_s(i) =
-softmax(substitute logits):
+For test examples i = 1..N with victim probabilities p_v(i) (the victim's
+softmax at T = 1, or at the profile's temperature under the ``tempered`` oracle
+profile; a defense's answer transforms are not included, see
+``mebench.oracle``) and substitute probabilities p_s(i) = softmax(substitute logits):
 
 - ``acc_gt``    = mean_i [argmax p_s(i) == y_i]               (ground-truth labels)
 - ``agreement`` = mean_i [argmax p_s(i) == argmax p_v(i)]

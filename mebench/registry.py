@@ -1,8 +1,8 @@
 """Name -> factory registries for attacks and models.
 
 Registration is explicit (a decorator) and duplicate names raise, so two
-plugins can never silently shadow each other. Built-ins register when
-``mebench`` is imported; third-party packages register through the entry-point
+plugins can never silently shadow each other. Built-ins register when their
+package is imported (``mebench.attacks``, ``mebench.models``, ``mebench.data``); third-party packages register through the entry-point
 groups ``mebench.attacks`` and ``mebench.models``, loaded on first lookup.
 """
 

@@ -37,13 +37,8 @@ Fixed in the code, as in the reference:
 - batch-norm modes: S in eval mode for the probes, G in train mode throughout training
   (dfme/approximate_gradients.py:23, dfme/train.py:74)
 
-Deviations: pixels are clamped to ``[0, 1]`` (``to_pixels``; the only change the oracle's
-pixel rule forces, and it bites only below 0 on MNIST); learning rates step at fractions
-of this run's ``max_budget`` queries, not at whole 50-iteration epochs (dfme/train.py:389),
-so Track B at an early checkpoint depends on the largest budget; probabilities are
-floored at ``PROB_FLOOR`` before the log; a phase cut by a checkpoint is shortened and
-a one-image student step skipped, where the reference stops at the last whole iteration
-(dfme/train.py:135).
+The deviations from the reference and their measured effect are listed once, in the
+README ("DFME").
 """
 
 from __future__ import annotations
