@@ -432,7 +432,10 @@ class BenchSession:
 
 
 def results_table(aggregate: Sequence[dict[str, Any]]) -> list[str]:
-    """Rows of the terminal summary, one per attack/data mode/output mode/track at the largest B."""
+    """Rows of the terminal summary, one per condition and track at its largest B; a column per metric
+    (``mebench.metrics.METRICS``: mean ± std for the higher-is-better ones, the mean for the others)."""
+    from mebench.metrics import METRICS
+
     groups: dict[tuple, dict[str, Any]] = {}
     for r in aggregate:
         key = (r["attack"], r["data_mode"], r["output_mode"], r["track"])
@@ -441,12 +444,14 @@ def results_table(aggregate: Sequence[dict[str, Any]]) -> list[str]:
             groups[key] = g = {"B": r["checkpoint_B"]}
         if r["checkpoint_B"] == g["B"]:
             g[r["metric"]] = r
-    head = f"{'attack':<24} {'data_mode':<10} {'output':<10} {'trk':<3} {'B':>8} {'acc_gt':>15} {'agreement':>15} {'kl_mean':>8} {'n':>2}"
+    widths = {m.name: 15 if m.higher_is_better else 8 for m in METRICS}
+    head = f"{'attack':<24} {'data_mode':<10} {'output':<10} {'trk':<3} {'B':>8} " + " ".join(
+        f"{m.name:>{widths[m.name]}}" for m in METRICS) + f" {'n':>2}"
     lines = [head] if groups else []
     for (attack, dm, om, track), g in sorted(groups.items()):
         n = max((m["n_seeds"] for k, m in g.items() if k != "B"), default=0)
-        lines.append(f"{attack:<24} {dm:<10} {om:<10} {track:<3} {g['B']:>8} {_pm(g.get('acc_gt')):>15} "
-                     f"{_pm(g.get('agreement')):>15} {_pm(g.get('kl_mean'), std=False):>8} {n:>2}")
+        cells = " ".join(f"{_pm(g.get(m.name), std=m.higher_is_better):>{widths[m.name]}}" for m in METRICS)
+        lines.append(f"{attack:<24} {dm:<10} {om:<10} {track:<3} {g['B']:>8} {cells} {n:>2}")
     return lines
 
 
