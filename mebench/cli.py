@@ -63,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "recorded in PATH.json under machine.torch_threads; default: free CPUs, at most 8, "
                    "or $OMP_NUM_THREADS)")
     t.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    rep = sub.add_parser("report", help="curves, leaderboard and comparisons from runs or a JSON report")
-    rep.add_argument("path", type=Path)
-    rep.add_argument("--out", type=Path)
+    # Its arguments (and --help) belong to mebench.report.cli, which main() hands them to unparsed.
+    sub.add_parser("report", add_help=False,
+                   help="curves, leaderboard and comparisons from runs or JSON reports (mebench report --help)")
     ls = sub.add_parser("list", help="registered attacks (paper, data and output modes), datasets, models; victims")
     ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
@@ -138,11 +138,11 @@ def cmd_victim_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(argv: Sequence[str]) -> int:
+    """``mebench report ...``: every argument goes to ``mebench.report.cli`` (its own --help and options)."""
     from mebench.report.cli import report_main
 
-    argv = [str(args.path)] + (["--out", str(args.out)] if args.out else [])
-    return int(report_main(argv) or 0)
+    return int(report_main(list(argv)) or 0)
 
 
 LIST_KINDS = ("attacks", "datasets", "models", "victims")
@@ -181,7 +181,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv[:1] if argv[:1] == ["report"] else argv)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     try:
         if args.command == "run":
@@ -190,7 +191,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_victim_train(args)
         if args.command == "list":
             return cmd_list(args)
-        return cmd_report(args)
+        return cmd_report(argv[1:])
     except ConfigError as e:
         print(f"mebench: config error: {_one_line(e)}", file=sys.stderr)
         return 2
