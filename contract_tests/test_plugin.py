@@ -104,8 +104,11 @@ def test_selection_and_shortening(bench: pytest.Pytester) -> None:
     assert ids("-k", "random and hard_top1") == {i for i in RANDOM_IDS if "hard_top1" in i}
     assert ids("-k", "s0") == {i for i in RANDOM_IDS | DFME_IDS if i.endswith("-s0")}
     assert ids("--seeds", "1", "-k", "dfme") == {"synth-mlp-dfme-data_free-soft_prob-s1"}
-    assert ids("-m", "full") == RANDOM_IDS | DFME_IDS and ids("-m", "smoke") == set()  # max budget 300 > 100
-    assert ids("--budgets", "100", "-m", "smoke") == RANDOM_IDS | DFME_IDS
+    assert ids("-m", "full") == RANDOM_IDS | DFME_IDS  # the config's largest budget, 300 > smoke_max_budget
+    # -m smoke without --budgets keeps the budgets up to smoke_max_budget (100), so it is never empty
+    assert ids("-m", "smoke") == ids("--budgets", "100", "-m", "smoke") == RANDOM_IDS | DFME_IDS
+    smoke = bench.runpytest("benchmarks", "--collect-only", "-q", "-m", "smoke", "-k", "dfme")
+    smoke.stdout.fnmatch_lines(["*2 grid cells selected: 200 queries*largest budget 100*"])
 
 
 # contract 1.1: bad option values fail at start-up, before collection

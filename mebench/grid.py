@@ -163,9 +163,9 @@ class GridError(Exception):
 
 
 def load_grids(paths: Sequence[Path], rootdir: Path, seeds: Optional[Sequence[int]] = None,
-               budgets: Optional[Sequence[int]] = None) -> GridSet:
+               budgets: Optional[Sequence[int]] = None, smoke_only: bool = False) -> GridSet:
     """:func:`load_grid` for every config; cell ids must be distinct across them."""
-    grids = GridSet([load_grid(p, rootdir, seeds, budgets) for p in paths])
+    grids = GridSet([load_grid(p, rootdir, seeds, budgets, smoke_only) for p in paths])
     dup = _duplicate_ids(grids.cells)
     if dup:
         raise GridError(f"duplicate cell ids across {[str(p) for p in paths]}: {dup}: give each config its own name")
@@ -178,8 +178,12 @@ def _duplicate_ids(cells: Sequence[Cell]) -> list[str]:
 
 
 def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
-              budgets: Optional[Sequence[int]] = None) -> Grid:
-    """Parse, expand and validate a benchmark config; every cell's run config passes §15.2."""
+              budgets: Optional[Sequence[int]] = None, smoke_only: bool = False) -> Grid:
+    """Parse, expand and validate a benchmark config; every cell's run config passes §15.2.
+
+    ``smoke_only`` (``-m smoke`` without ``--budgets``) keeps the config's budgets up to
+    ``smoke_max_budget``, so the smoke selection is never empty.
+    """
     from mebench.config import build_dataclass
     from mebench.errors import ConfigError
 
@@ -195,13 +199,21 @@ def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
             _call_registration(entry)
         grid = Grid(spec, path, [], [], str(spec.run.get("device", "cpu")))
         for attack in _expand_star(spec.attacks):
-            _add_attack_cells(grid, attack, rootdir, tuple(seeds or spec.seeds), tuple(budgets or spec.budgets))
+            _add_attack_cells(grid, attack, rootdir, tuple(seeds or spec.seeds), _budgets(spec, budgets, smoke_only))
     except (ConfigError, yaml.YAMLError) as e:
         raise GridError(f"{path}: {e}") from None
     dup = _duplicate_ids(grid.cells)
     if dup:
         raise GridError(f"{path}: duplicate cell ids {dup}: give each attack variant its own label")
     return grid
+
+
+def _budgets(spec: BenchmarkSpec, budgets: Optional[Sequence[int]], smoke_only: bool) -> tuple[int, ...]:
+    if budgets:
+        return tuple(budgets)
+    if smoke_only:
+        return tuple(b for b in spec.budgets if b <= spec.smoke_max_budget) or (spec.smoke_max_budget,)
+    return tuple(spec.budgets)
 
 
 def _check_spec(spec: BenchmarkSpec) -> None:

@@ -215,13 +215,19 @@ class BenchSession:
         if self._grid is None and self._grid_error is None:
             try:
                 self._grid = load_grids(self.options.config_paths, Path(self.config.rootpath),
-                                        self.options.seeds, self.options.budgets)
+                                        self.options.seeds, self.options.budgets, smoke_only=self.smoke_only)
             except GridError as e:
                 self._grid_error = e
         if self._grid_error is not None:
             raise self._grid_error
         assert self._grid is not None
         return self._grid
+
+    @property
+    def smoke_only(self) -> bool:
+        """``-m smoke`` (and no ``-m`` mention of ``full``): the grid keeps its smoke budgets only."""
+        expr = str(self.config.getoption("markexpr", "") or "")
+        return "smoke" in expr and "full" not in expr and "not smoke" not in expr
 
     def parametrize(self, metafunc: pytest.Metafunc) -> None:
         """One test per cell; ``victim`` is a session-scoped fixture keyed by the cell's victim key."""
