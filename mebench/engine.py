@@ -78,13 +78,16 @@ class RunResult:
     aggregate: list[dict[str, Any]] = field(default_factory=list)
 
 
-def prepare(cfg: RunConfig) -> Prepared:
-    """Load the victim, the test split (and its victim probabilities) and the pool source."""
+def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
+    """Load the victim, the test split (and its victim probabilities) and the pool source.
+
+    ``command`` ("run" or "grid") words the fix when a dataset is missing (``datasets.HINTS``).
+    """
     t0 = time.perf_counter()
     profile = get_profile(cfg.dataset.name)
     device = torch.device(cfg.run.device)
-    root = resolve_data_root(cfg.dataset.data_root)
-    test_x, test_y = load_split(profile.name, root, train=False, download=cfg.dataset.download)
+    root = resolve_data_root(cfg.dataset.data_root, command)
+    test_x, test_y = load_split(profile.name, root, False, cfg.dataset.download, command)
     num_classes = profile.num_classes
     net, meta = load_victim_module(cfg.victim, num_classes)
     victim = FrozenVictim(net, device)
@@ -94,9 +97,9 @@ def prepare(cfg: RunConfig) -> Prepared:
     meta["answer_transforms"] = answers.describe()
     prep = Prepared(profile, num_classes, device, victim, answers, meta, evaluator)
     if cfg.dataset.data_mode == "surrogate":
-        prep.surrogate_images = load_split(cfg.dataset.surrogate_name, root, True, cfg.dataset.download)[0]
+        prep.surrogate_images = load_split(cfg.dataset.surrogate_name, root, True, cfg.dataset.download, command)[0]
     elif cfg.dataset.data_mode == "seed":
-        prep.victim_train_images = load_split(profile.name, root, True, cfg.dataset.download)[0]
+        prep.victim_train_images = load_split(profile.name, root, True, cfg.dataset.download, command)[0]
     prep.seconds = time.perf_counter() - t0
     return prep
 

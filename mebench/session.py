@@ -315,7 +315,7 @@ class BenchSession:
 
         if (victim_key, device) not in self._prepared:
             cell = next(c for c in self.grid.cells if c.victim_key == victim_key)
-            self._prepared[(victim_key, device)] = engine.prepare(self.run_config(cell, device))
+            self._prepared[(victim_key, device)] = engine.prepare(self.run_config(cell, device), command="grid")
         return self._prepared[(victim_key, device)]
 
     def progress_say(self, cell: Cell) -> Optional["Say"]:

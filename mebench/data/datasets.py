@@ -33,13 +33,15 @@ HINTS: dict[str, tuple[str, str]] = {
     "run": ("pass --data-root DIR, set dataset.data_root or MEBENCH_DATA_ROOT",
             "pass --download or set dataset.download: true"),
     "victim train": ("pass --data-root DIR or set MEBENCH_DATA_ROOT", "pass --download"),
+    "grid": ("set dataset.data_root in the benchmark config or MEBENCH_DATA_ROOT",
+             "set dataset.download: true in the benchmark config"),
 }
 
 
 def resolve_data_root(configured: Optional[str], command: str = "run") -> Path:
     """The data root: the config/CLI value, else ``$MEBENCH_DATA_ROOT``.
 
-    ``command`` ("run" or "victim train") picks the wording of the fix in the error.
+    ``command`` ("run", "victim train" or "grid") picks the wording of the fix in the error.
     """
     root = configured or os.environ.get("MEBENCH_DATA_ROOT")
     if not root:
@@ -50,7 +52,7 @@ def resolve_data_root(configured: Optional[str], command: str = "run") -> Path:
 def load_split(name: str, root: Path, train: bool, download: bool = False, command: str = "run") -> Split:
     """Images and labels of one split of dataset ``name`` under ``root``.
 
-    ``command`` ("run" or "victim train") picks the wording of the fix in the error.
+    ``command`` ("run", "victim train" or "grid") picks the wording of the fix in the error.
     """
     reader = PROFILES.get(name).reader
     assert reader is not None, f"dataset {name} was registered without a reader"
