@@ -15,20 +15,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from mebench.errors import ConfigError, MebenchError, OutputExistsError
+from mebench.options import int_list
 from mebench.progress import stderr_lines
 
 #: Seconds between two progress lines of one phase when stderr is not a terminal.
 LOG_INTERVAL_S = 60.0
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a config: collect queries, score Track A/B at every checkpoint")
     r.add_argument("config", type=Path)
-    r.add_argument("--seeds", type=_int_list, help="override run.seeds, e.g. 0,1,2")
-    r.add_argument("--budgets", type=_int_list, help="override the checkpoints (max budget = largest)")
+    r.add_argument("--seeds", type=int_list, help="override run.seeds, e.g. 0,1,2")
+    r.add_argument("--budgets", type=int_list, help="override the checkpoints (max budget = largest)")
     r.add_argument("--device", help="override run.device: cpu, cuda or cuda:N")
     r.add_argument("--data-root", help="dataset folder (default: $MEBENCH_DATA_ROOT)")
     r.add_argument("--download", action="store_true", help="let torchvision download missing datasets into "

@@ -14,7 +14,8 @@ import pytest
 
 from mebench import hookspec
 from mebench.cost import LARGE_CPU_HOURS, LARGE_MAX_BUDGET
-from mebench.session import BenchSession, budget_list, gpu_list, int_list, positive_int
+from mebench.options import budget_list, gpu_list, int_list, positive_int
+from mebench.session import BenchSession
 
 BENCH_KEY = pytest.StashKey[BenchSession]()
 MARKERS = {

@@ -15,7 +15,6 @@ At session end the controller writes one JSON report and the seed aggregate.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import re
@@ -37,47 +36,7 @@ if TYPE_CHECKING:
     from mebench.progress import Say
 
 
-# ------------------------------------------------------------------ options and devices
-def int_list(text: str) -> tuple[int, ...]:
-    """``"1000,10000"`` -> ``(1000, 10000)``; argparse ``type=`` so bad values fail at start-up."""
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
-    return values
-
-
-def budget_list(text: str) -> tuple[int, ...]:
-    """``--budgets 1000,10000``: strictly increasing positive image counts (§1.1, §15.2)."""
-    values = int_list(text)
-    if any(v <= 0 for v in values) or any(a >= b for a, b in zip(values, values[1:])):
-        raise argparse.ArgumentTypeError(f"expected increasing positive budgets such as 1000,10000; got {text!r}")
-    return values
-
-
-def gpu_list(text: str) -> tuple[int, ...]:
-    """``--gpus 0,2``: GPU indices; ``--gpus`` alone (or ``all``) is ``()``, every visible GPU."""
-    if text.strip() == "all":
-        return ()
-    try:
-        return int_list(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"--gpus takes comma-separated GPU indices such as 0,2; got {text!r}") from None
-
-
-def positive_int(text: str) -> int:
-    """``--mebench-threads 4``: a positive integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
+# ------------------------------------------------------------------ devices
 def device_for_worker(worker_id: str, gpus: Optional[Sequence[int]], cuda_count: int, default: str) -> str:
     """The device cells of one process run on.
 
