@@ -106,7 +106,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_victim_train(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from mebench.victims.recipes import check_device, load_recipe, train_victim
+    from mebench.validation import check_device
+    from mebench.victims.recipes import load_recipe, train_victim
 
     recipe = load_recipe(args.recipe)
     if args.device:

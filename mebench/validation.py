@@ -94,13 +94,21 @@ def _check_run(cfg: RunConfig) -> None:
         raise ConfigError("run.seeds", list(r.seeds), "at least one seed is required (§10: 3 by default)")
     if len(set(r.seeds)) != len(r.seeds) or any(s < 0 for s in r.seeds):
         raise ConfigError("run.seeds", list(r.seeds), "seeds must be distinct non-negative integers")
-    if not _DEVICE_RE.match(r.device):
-        raise ConfigError("run.device", r.device, "must be 'cpu', 'cuda' or 'cuda:N'")
-    if r.device.startswith("cuda"):
+    check_device("run.device", r.device)
+
+
+def check_device(key: str, device: str, present: bool = True) -> None:
+    """``cpu``, ``cuda`` or ``cuda:N`` (that exists on this machine if ``present``), else a ``ConfigError``."""
+    if not _DEVICE_RE.match(device):
+        raise ConfigError(key, device, "must be 'cpu', 'cuda' or 'cuda:N'")
+    if present and device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise ConfigError("run.device", r.device, "CUDA is not available on this machine; use 'cpu'")
+            raise ConfigError(key, device, "CUDA is not available on this machine; use 'cpu'")
+        index, count = int(device.partition(":")[2] or 0), torch.cuda.device_count()
+        if index >= count:
+            raise ConfigError(key, device, f"this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}")
 
 
 def _check_budget(cfg: RunConfig) -> None:

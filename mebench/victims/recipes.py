@@ -10,7 +10,6 @@ written next to the checkpoint in ``PATH.json``.
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from mebench.models.registry import MODELS, Normalized
 from mebench.registry import unknown_name_message
 from mebench.runinfo import machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
+from mebench.validation import check_device
 from mebench.victims.load import save_victim
 
 
@@ -47,7 +47,6 @@ class VictimRecipe:
 
 
 AUGMENTS = ("none", "crop_flip")
-_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
 def load_recipe(path: str | Path) -> VictimRecipe:
@@ -69,18 +68,6 @@ def load_recipe(path: str | Path) -> VictimRecipe:
         if not value > 0:
             raise ConfigError(key, value, "must be > 0")
     return recipe
-
-
-def check_device(key: str, device: str, present: bool = True) -> None:
-    """``cpu``, ``cuda`` or ``cuda:N`` (that exists on this machine if ``present``), else a ``ConfigError``."""
-    if not _DEVICE_RE.match(device):
-        raise ConfigError(key, device, "must be 'cpu', 'cuda' or 'cuda:N'")
-    if present and device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(key, device, "CUDA is not available on this machine; use 'cpu'")
-        index, count = int(device.partition(":")[2] or 0), torch.cuda.device_count()
-        if index >= count:
-            raise ConfigError(key, device, f"this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}")
 
 
 def crop_flip(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
