@@ -1,4 +1,10 @@
-"""``mebench report PATH [--out DIR]``: write the report of a runs folder or JSON report."""
+"""``mebench report PATH [PATH ...] [--out DIR]``: the report of runs folders and/or pytest JSON reports.
+
+Writes curves, the leaderboard (Markdown, HTML, CSV, JSON, LaTeX), pairwise comparisons,
+gains over the null controls and the aggregate. Runs that did not complete are left out
+and listed apart; runs against different victim checkpoints under one victim id are
+reported apart; rankings and comparisons use only rows over the same budget span.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +20,11 @@ from mebench.report.writer import default_out_dir, write_report
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the report options to ``parser`` (usable as a ``mebench`` sub-command)."""
-    parser.add_argument("path", help="runs folder, one run/seed folder, or a pytest JSON report")
+    parser.add_argument("path", nargs="+", help="runs folders, run/seed folders or pytest JSON reports "
+                                                "(several are read together)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="output folder (default: PATH/report, or <name>_report/ next "
-                             "to a JSON report)")
+                             "to a JSON report; the first PATH)")
     parser.add_argument("--n-bootstrap", type=int, default=N_BOOTSTRAP, metavar="N",
                         help=f"bootstrap resamples per comparison (default {N_BOOTSTRAP})")
     return parser

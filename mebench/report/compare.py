@@ -25,8 +25,10 @@ from mebench.report.stats import CI_LEVEL, MIN_SEEDS_FOR_CI, MIN_SEEDS_FOR_INTER
 
 BASELINE_LABEL = "random"
 STRATUM_KEYS: tuple[str, ...] = (
-    "dataset", "victim_id", "output_mode", "substitute_arch", "track", "metric", "checkpoint_B",
+    "dataset", "victim_id", "output_mode", "substitute_arch", "track", "metric", "checkpoint_B", "span",
 )
+"""``span`` is the AUC's budget span (``"1000-10000"``; empty for single checkpoints): AUCs over
+different checkpoints are never compared."""
 CONDITION_IN_STRATUM: tuple[str, ...] = ("label", "data_mode")
 
 
@@ -39,9 +41,9 @@ def comparison_points(long: pd.DataFrame, auc: pd.DataFrame) -> pd.DataFrame:
 
     AUC rows carry ``metric = "agreement_auc"`` and an empty (``<NA>``) checkpoint.
     """
-    points = long.assign(checkpoint_B=long["checkpoint_B"].astype("Int64"))
-    whole = auc.assign(metric="agreement_auc", checkpoint_B=pd.array([pd.NA] * len(auc),
-                                                                   dtype="Int64"))
+    points = long.assign(checkpoint_B=long["checkpoint_B"].astype("Int64"), span="")
+    whole = auc.assign(metric="agreement_auc", checkpoint_B=pd.array([pd.NA] * len(auc), dtype="Int64"),
+                       span=auc["span_lo"].astype(str) + "-" + auc["span_hi"].astype(str))
     cols = [*STRATUM_KEYS, *CONDITION_IN_STRATUM, "seed", "value"]
     return pd.concat([points[cols], whole[cols]], ignore_index=True)
 
@@ -68,7 +70,7 @@ def compare_all(points: pd.DataFrame, **bootstrap: Any) -> pd.DataFrame:
 
 
 def _row_cells(r: pd.Series) -> list[str]:
-    point = "whole curve" if pd.isna(r["checkpoint_B"]) else f"@{budget_label(int(r['checkpoint_B']))}"
+    point = f"whole curve ({r['span']})" if pd.isna(r["checkpoint_B"]) else f"@{budget_label(int(r['checkpoint_B']))}"
     if r["n_pairs"] < MIN_SEEDS_FOR_INTERVAL:  # no interval, no claim
         ci = claim = f"n<{MIN_SEEDS_FOR_INTERVAL}"
     else:

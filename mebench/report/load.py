@@ -24,7 +24,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 import yaml
@@ -39,7 +39,7 @@ CSV_COLUMNS: tuple[str, ...] = (
 """The exact ``metrics.csv`` columns of contract §16.2."""
 
 EXTRA_COLUMNS: tuple[str, ...] = (
-    "label", "dataset", "victim_test_accuracy", "run_name", "run_id", "source",
+    "label", "dataset", "victim_test_accuracy", "victim_sha256", "status", "run_name", "run_id", "source",
 )
 """Columns the loader adds to every row."""
 
@@ -68,21 +68,55 @@ class RunRecord:
     source: str = ""
 
 
-def load_results(path: str | Path) -> pd.DataFrame:
-    """Every result under ``path`` (folder or pytest JSON report) as one frame.
+def load_results(path: str | Path | Sequence[str | Path]) -> pd.DataFrame:
+    """Every result under ``path`` (folders and/or pytest JSON reports; one or several) as one frame.
 
-    Raises :class:`NoResultsError` when nothing can be read, so a typo in a path
-    fails loudly instead of producing an empty report.
+    Runs against different victim checkpoints (sha256) under one ``victim_id`` are
+    told apart (:func:`separate_victims`). Raises :class:`NoResultsError` when
+    nothing can be read, so a typo in a path fails loudly instead of producing an
+    empty report.
     """
-    p = Path(path)
-    if not p.exists():
-        raise NoResultsError(f"{p}: no such file or folder")
-    records = load_json_report(p) if p.is_file() else load_runs_folder(p)
+    paths = [Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path]
+    records: list[RunRecord] = []
+    for p in paths:
+        if not p.exists():
+            raise NoResultsError(f"{p}: no such file or folder")
+        records += load_json_report(p) if p.is_file() else load_runs_folder(p)
     frame = records_to_frame(records)
     if frame.empty:
-        raise NoResultsError(f"{p}: no metrics rows found (expected metrics.csv files "
-                             "under runs/<run>/<timestamp>/seed_<s>/ or a JSON report)")
+        raise NoResultsError(f"{', '.join(map(str, paths))}: no metrics rows found (expected metrics.csv "
+                             "files under runs/<run>/<timestamp>/seed_<s>/ or a JSON report)")
+    return separate_victims(frame)
+
+
+def separate_victims(frame: pd.DataFrame) -> pd.DataFrame:
+    """A ``victim_id`` used with several checkpoint sha256 becomes ``<victim_id>@<sha[:8]>`` per checkpoint.
+
+    Seeds against different victim weights must never be pooled into one mean;
+    a warning names the victim and the checkpoints found.
+    """
+    known = frame[frame["victim_sha256"] != ""]
+    shas = known.groupby("victim_id")["victim_sha256"].unique()
+    mixed = {v: sorted(s) for v, s in shas.items() if len(s) > 1}
+    if not mixed:
+        return frame
+    frame = frame.copy()
+    for victim, found in mixed.items():
+        rows = frame["victim_id"] == victim
+        frame.loc[rows, "victim_id"] = victim + "@" + frame.loc[rows, "victim_sha256"].str[:8].replace("", UNKNOWN)
+        warnings.warn(f"victim_id '{victim}' names {len(found)} different checkpoints "
+                      f"(sha256 {', '.join(x[:8] for x in found)}): their runs are reported apart as "
+                      f"{', '.join(victim + '@' + x[:8] for x in found)}", stacklevel=2)
     return frame
+
+
+def split_incomplete(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(complete, excluded)``: rows of runs that did not finish (interrupted, failed) are excluded.
+
+    Excluded rows never enter a ranking, a comparison or a gain; the report lists them apart.
+    """
+    bad = frame["status"] != "complete"
+    return frame.loc[~bad].reset_index(drop=True), frame.loc[bad].reset_index(drop=True)
 
 
 def load_runs_folder(root: Path) -> list[RunRecord]:
@@ -147,7 +181,10 @@ def pytest_json_records(doc: Mapping[str, Any], source: str = "") -> list[RunRec
         if not isinstance(cell, Mapping) or not cell.get("metrics_rows"):
             continue
         cell_id = str(cell.get("id", f"cell{i}"))
-        summary = cell.get("summary") or {}
+        summary = dict(cell.get("summary") or {})
+        outcome = cell.get("status", cell.get("outcome"))
+        if outcome not in (None, "passed"):  # a cell that failed its contract checks is not a result
+            summary["status"] = f"cell {outcome}"
         records.append(RunRecord(
             rows=[dict(r) for r in cell["metrics_rows"] if isinstance(r, Mapping)],
             summary=summary,
@@ -175,10 +212,13 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
     attack = _section(summary, "attack") or _section(config, "attack")
     victim = _section(summary, "victim")
     dataset = _section(summary, "dataset") or _section(config, "dataset")
+    status = summary.get("status", "complete") if summary else "complete"
     return {
         "label": attack.get("label") or attack.get("name") or "",
         "dataset": str(dataset.get("name") or UNKNOWN),
         "victim_test_accuracy": _as_float(victim.get("test_accuracy")),
+        "victim_sha256": str(victim.get("checkpoint_sha256") or victim.get("sha256") or ""),
+        "status": str(status),
         "run_name": rec.run_name,
         "run_id": rec.run_id,
         "source": rec.source,
@@ -205,7 +245,7 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     for col in ("seed", "checkpoint_B"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     text_cols = ["track", "attack", "data_mode", "output_mode", "victim_id",
-                 "substitute_arch", "label", "dataset", "run_name", "run_id", "source"]
+                 "substitute_arch", "label", "dataset", "victim_sha256", "status", "run_name", "run_id", "source"]
     for col in text_cols:
         frame[col] = frame[col].fillna("").astype(str).str.strip()
     frame["label"] = frame["label"].where(frame["label"] != "", frame["attack"])

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+import warnings
+from datetime import datetime, timezone
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -13,18 +15,29 @@ from mebench.report.compare import comparison_blocks, comparison_points, compare
 from mebench.report.document import render_html, render_markdown
 from mebench.report.gains import (condition_roles, gain_blocks, gain_definitions, gain_table,
                                   leaderboard_gain_columns)
-from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed,
-                                        leaderboard_blocks, leaderboard_table)
-from mebench.report.load import load_results
+from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, excluded_runs,
+                                        leaderboard_blocks, leaderboard_latex, leaderboard_table)
+from mebench.report.load import NoResultsError, load_results, split_incomplete
 from mebench.report.metadata import jsonable
 from mebench.report.plots import slug, write_curve_figures
 from mebench.report.stats import N_BOOTSTRAP, definitions
 
 
-def default_out_dir(path: str | Path) -> Path:
-    """``PATH/report`` for a folder, ``<stem>_report/`` next to a JSON report file."""
-    p = Path(path)
+def default_out_dir(path: str | Path | Sequence[str | Path]) -> Path:
+    """``PATH/report`` for a folder, ``<stem>_report/`` next to a JSON report file (the first of several)."""
+    p = Path(path) if isinstance(path, (str, Path)) else Path(list(path)[0])
     return p.parent / f"{p.stem}_report" if p.is_file() else p / "report"
+
+
+def provenance(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """What the report was made with: mebench version, commit, date (UTC) and the inputs read."""
+    from mebench import __version__
+    from mebench.runinfo import git_commit
+
+    commit = git_commit()
+    return {"mebench_version": __version__, "commit": commit["commit"], "dirty": commit["dirty"],
+            "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "inputs": [str(Path(p).resolve()) for p in paths]}
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -53,17 +66,26 @@ def _write_pages(blocks: list, out: Path, name: str, title: str, files: dict[str
         files[f"{name}_html"].write_text(render_html(blocks, title), encoding="utf-8")
 
 
-def write_report(path: str | Path, out_dir: str | Path | None = None,
+def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | None = None,
                  n_bootstrap: int = N_BOOTSTRAP) -> dict[str, Path]:
     """Write curves (PNG, SVG), leaderboard (MD, HTML, CSV, JSON), comparisons
     (MD, CSV, JSON), gains over the null control (MD, CSV, JSON), the aggregate
     table and the tidy input rows.
 
-    ``path`` is a runs folder, one run or seed folder, or a pytest JSON report;
-    ``out_dir`` defaults to :func:`default_out_dir`. Returns {file key: path}.
+    ``path`` is a runs folder, one run or seed folder, or a pytest JSON report, or
+    a list of them; ``out_dir`` defaults to :func:`default_out_dir`. Runs that did
+    not complete are left out of every table and listed apart (``excluded.csv`` and
+    the leaderboard's last section). Returns {file key: path}.
     Raises :class:`mebench.report.load.NoResultsError` when nothing can be read.
     """
-    frame = drop_reruns(load_results(path))
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    frame, excluded = split_incomplete(load_results(paths))
+    for run in excluded_runs(excluded).itertuples():
+        warnings.warn(f"left out {run.run_name} seed {run.seed} ({run.source}): status '{run.status}'",
+                      stacklevel=2)
+    if frame.empty:
+        raise NoResultsError(f"{', '.join(map(str, paths))}: no complete run (every run was left out)")
+    frame = drop_reruns(frame)
     long = to_long(frame)
     agg, victims = aggregate(long), victim_reference(frame)
     auc = agreement_auc_per_seed(frame)
@@ -75,17 +97,21 @@ def write_report(path: str | Path, out_dir: str | Path | None = None,
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     figures = write_curve_figures(agg, victims, out)
-    for (dataset, mode), paths in figures.items():
-        for ext, p in paths.items():
+    for (dataset, mode), fig_paths in figures.items():
+        for ext, p in fig_paths.items():
             files[f"curves_{slug(dataset)}_{slug(mode)}_{ext}"] = p
     _write_table(frame, out, "results", files)
     _write_table(agg, out, "aggregate", files)
-    _write_table(board, out, "leaderboard", files, definitions=DEFINITION_TEXT)
+    prov = provenance(paths)
+    _write_table(board, out, "leaderboard", files, definitions={"text": DEFINITION_TEXT, "provenance": prov})
+    files["leaderboard_tex"] = out / "leaderboard.tex"
+    files["leaderboard_tex"].write_text(leaderboard_latex(board, agg), encoding="utf-8")
+    _write_table(excluded_runs(excluded), out, "excluded", files)
     _write_table(comps, out, "comparisons", files, definitions=definitions(n_bootstrap))
     _write_table(gains, out, "gains", files, definitions=gain_definitions(n_bootstrap))
     img = {k: p["png"].name for k, p in figures.items()}
-    _write_pages(leaderboard_blocks(board, agg, victims, img, gains), out, "leaderboard",
-                 "mebench leaderboard", files)
+    _write_pages(leaderboard_blocks(board, agg, victims, img, gains, provenance=prov, excluded=excluded), out,
+                 "leaderboard", "mebench leaderboard", files)
     _write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
                  files, html=False)
     _write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
