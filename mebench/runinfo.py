@@ -7,6 +7,7 @@ import platform
 import subprocess
 import sys
 from functools import lru_cache
+from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,20 @@ def git_commit() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
+#: The installed packages whose versions can change results; recorded with every run and report.
+VERSIONED_PACKAGES: tuple[str, ...] = ("mebench", "torch", "torchvision", "numpy", "pandas", "matplotlib", "PyYAML")
+
+
+@lru_cache(maxsize=1)
 def library_versions() -> dict[str, str]:
-    import numpy
-    import torchvision
-
-    from mebench import __version__
-
-    return {"mebench": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
-            "torchvision": torchvision.__version__, "numpy": numpy.__version__}
+    """Python's and the installed versions of ``VERSIONED_PACKAGES`` (read without importing them)."""
+    versions = {"python": sys.version.split()[0]}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            continue
+    return versions
 
 
 def machine_info(device: str) -> dict[str, Any]:

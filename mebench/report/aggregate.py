@@ -13,6 +13,7 @@ import warnings
 
 import pandas as pd
 
+from mebench.metrics import AGREEMENT_AUC, METRICS
 from mebench.report.load import METRIC_COLUMNS
 
 CONDITION_KEYS: tuple[str, ...] = (
@@ -25,22 +26,15 @@ POINT_KEYS: tuple[str, ...] = (*CONDITION_KEYS, "track", "checkpoint_B")
 
 AGG_KEYS: tuple[str, ...] = (*POINT_KEYS, "metric")
 
-HIGHER_IS_BETTER: dict[str, bool] = {
-    "acc_gt": True, "agreement": True, "kl_mean": False, "l1_mean": False,
-    "agreement_auc": True,
-}
+_REPORTED = (*METRICS, AGREEMENT_AUC)
 
-METRIC_TITLES: dict[str, str] = {
-    "acc_gt": "test accuracy (GT) ↑", "agreement": "agreement with victim ↑",
-    "kl_mean": "KL(victim ‖ substitute) ↓", "l1_mean": "L1 (MAE over classes) ↓",
-    "agreement_auc": "agreement AUC (log-budget) ↑",
-}
+HIGHER_IS_BETTER: dict[str, bool] = {m.name: m.higher_is_better for m in _REPORTED}
+"""Direction of every reported metric, from the metric table (``mebench.metrics.METRICS``)."""
+
+METRIC_TITLES: dict[str, str] = {m.name: f"{m.title} {'↑' if m.higher_is_better else '↓'}" for m in _REPORTED}
 """Human names of the metrics, used by plot titles and table headings alike."""
 
-METRIC_NOTES: dict[str, str] = {
-    "l1_mean": ("l1_mean = mean |p_v − p_s| over test examples and classes (L1 distance / K); "
-                "not a paper's L1 distance"),
-}
+METRIC_NOTES: dict[str, str] = {m.name: m.note for m in _REPORTED if m.note}
 """One line per metric whose name could be misread; printed under every table that shows it."""
 
 

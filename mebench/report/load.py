@@ -29,14 +29,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 import yaml
 
-METRIC_COLUMNS: tuple[str, ...] = ("acc_gt", "agreement", "kl_mean", "l1_mean")
-"""The four metrics of contract §1.3, in the order every report shows them."""
+from mebench.artifacts import METRICS_COLUMNS
+from mebench.metrics import METRIC_NAMES
 
-CSV_COLUMNS: tuple[str, ...] = (
-    "seed", "checkpoint_B", "track", *METRIC_COLUMNS,
-    "attack", "data_mode", "output_mode", "victim_id", "substitute_arch",
-)
-"""The exact ``metrics.csv`` columns of contract §16.2."""
+METRIC_COLUMNS: tuple[str, ...] = METRIC_NAMES
+"""The metrics of contract §1.3 (``mebench.metrics.METRICS``), in the order every report shows them."""
+
+CSV_COLUMNS: tuple[str, ...] = METRICS_COLUMNS
+"""The exact ``metrics.csv`` columns of contract §16.2 (``mebench.artifacts``)."""
 
 EXTRA_COLUMNS: tuple[str, ...] = (
     "label", "dataset", "victim_test_accuracy", "victim_sha256", "status", "run_name", "run_id", "source",

@@ -14,24 +14,22 @@ skipped with a warning that names its line number.
 
 Every entry carries ``type, seed, config_hash, git_commit, timestamp, device,
 versions``; the caller gives what only it knows (``type``, ``seed``,
-``config_hash`` — see :func:`config_hash` — and ``device``) and the rest is
+``config_hash`` — see :func:`mebench.serial.config_hash` — and ``device``) and the rest is
 filled in unless already present.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
-import math
 import os
-import platform
 import warnings
 from datetime import datetime, timezone
-from functools import lru_cache
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, Mapping
+
+from mebench.runinfo import git_commit, library_versions
+from mebench.serial import config_hash, jsonable  # noqa: F401  (config_hash: part of this module's API)
 
 METADATA_FILE = "run_metadata.jsonl"
 """File name inside the runs folder: ``runs/run_metadata.jsonl``."""
@@ -39,56 +37,13 @@ METADATA_FILE = "run_metadata.jsonl"
 REQUIRED_KEYS: tuple[str, ...] = (
     "type", "seed", "config_hash", "git_commit", "timestamp", "device", "versions",
 )
-VERSIONED_PACKAGES: tuple[str, ...] = (
-    "mebench", "torch", "torchvision", "numpy", "pandas", "matplotlib", "PyYAML",
-)
-
-
-def jsonable(value: Any) -> Any:
-    """Plain JSON types; NaN/inf become ``null`` so every line stays strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if hasattr(value, "item"):  # numpy scalars
-        return jsonable(value.item())
-    return str(value)
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    """SHA-256 of the config as canonical JSON (sorted keys): equal configs, equal hash."""
-    text = json.dumps(jsonable(config), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def git_commit() -> str:
-    """Commit of the mebench checkout (see ``mebench.runinfo.git_commit``), or ``"unknown"``."""
-    from mebench.runinfo import git_commit as _commit
-
-    return _commit()["commit"] or "unknown"
-
-
-@lru_cache(maxsize=1)
-def library_versions() -> dict[str, str]:
-    """Installed versions of the libraries that change results (without importing them)."""
-    versions = {"python": platform.python_version()}
-    for name in VERSIONED_PACKAGES:
-        try:
-            versions[name] = importlib_metadata.version(name)
-        except importlib_metadata.PackageNotFoundError:
-            continue
-    return versions
 
 
 def _complete(entry: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(entry)
     out.setdefault("timestamp", datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"))
     if "git_commit" not in out:
-        out["git_commit"] = git_commit()
+        out["git_commit"] = git_commit()["commit"] or "unknown"
     if "versions" not in out:
         out["versions"] = library_versions()
     for key in ("type", "seed", "config_hash", "device"):

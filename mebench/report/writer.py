@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import warnings
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
@@ -18,9 +18,9 @@ from mebench.report.gains import (condition_roles, gain_blocks, gain_definitions
 from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, excluded_runs,
                                         leaderboard_blocks, leaderboard_latex, leaderboard_table)
 from mebench.report.load import NoResultsError, load_results, split_incomplete
-from mebench.report.metadata import jsonable
 from mebench.report.plots import slug, write_curve_figures
 from mebench.report.stats import N_BOOTSTRAP, definitions
+from mebench.serial import jsonable
 
 
 def default_out_dir(path: str | Path | Sequence[str | Path]) -> Path:
