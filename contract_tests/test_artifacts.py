@@ -58,7 +58,10 @@ def test_multi_seed_aggregate_is_mean_and_sample_std(make_cfg):
     mean = sum(vals) / 3
     std = math.sqrt(sum((v - mean) ** 2 for v in vals) / 2)
     assert agg["n_seeds"] == 3 and math.isclose(agg["mean"], mean) and math.isclose(agg["std"], std, abs_tol=1e-12)
-    assert (res.directory / "aggregate.csv").is_file()
+    assert agg["seeds"] == "0;1;2" and agg["dataset"] == "SYNTH"
+    # one schema for every aggregate.csv: run folders, grid reports and mebench report
+    header = (res.directory / "aggregate.csv").read_text().splitlines()[0]
+    assert tuple(header.split(",")) == artifacts.AGGREGATE_COLUMNS
 
 
 def test_atomic_write_never_leaves_a_partial_file(tmp_path, monkeypatch):

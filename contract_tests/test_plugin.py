@@ -174,7 +174,8 @@ def test_report_is_the_same_with_and_without_xdist(bench: pytest.Pytester) -> No
     report = json.loads((bench.path / "xdist.json").read_text())
     assert report["extra_report_field"] == 4 and report["git"] and report["machine"]["cpu_count"]
     assert {(a["attack"], a["checkpoint_B"]) for a in report["aggregate"]} == {("random", 100), ("random", 300)}
-    assert (bench.path / "xdist_aggregate.csv").read_text().startswith("attack,data_mode,output_mode")
+    assert (bench.path / "xdist_aggregate.csv").read_text().startswith("dataset,attack,data_mode,output_mode")
+    assert {a["dataset"] for a in report["aggregate"]} == {"SYNTH"}
     if not torch.cuda.is_available():  # the controller, not each worker, says it once
         assert parallel.stdout.str().count("CUDA is not available") == 1
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mebench.artifacts import write_metrics_csv
+from mebench.artifacts import AGGREGATE_COLUMNS, write_metrics_csv
 from mebench.report.cli import report_main
 from mebench.report.writer import write_report
 
@@ -42,6 +42,7 @@ def test_different_victim_checkpoints_are_reported_apart(tmp_path):
     agg = pd.read_csv(files["aggregate_csv"])
     assert set(agg["victim_id"]) == {"mnist_lenet5@aaaa1111", "mnist_lenet5@bbbb2222"}
     assert (agg["n_seeds"] == 2).all()  # never 4 seeds pooled over two victims
+    assert tuple(agg.columns) == AGGREGATE_COLUMNS  # the one aggregate.csv schema
 
 
 def test_runs_that_did_not_complete_are_left_out_and_listed(tmp_path):

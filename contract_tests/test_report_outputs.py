@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from mebench.report import load_results, write_report
-from mebench.report.aggregate import aggregate, drop_reruns, to_long, victim_reference
+from mebench.report.aggregate import aggregate, aggregate_csv_frame, drop_reruns, to_long, victim_reference
 from mebench.report.cli import report_main
 from mebench.report.load import CSV_COLUMNS
 from mebench.report.plots import colour_map, plot_curves
@@ -130,7 +130,8 @@ def test_aggregate_is_mean_and_sample_std_over_seeds(report):
                       var_name="metric").dropna(subset=["value"])
     keys = ["label", "data_mode", "output_mode", "track", "checkpoint_B", "metric"]
     want = long.groupby(keys)["value"].agg(["mean", "std", "count"]).reset_index()
-    got = _read(files, "aggregate_csv").merge(want, on=keys, how="outer", indicator=True)
+    got = _read(files, "aggregate_csv").rename(columns={"attack": "label"})  # the label is written as 'attack'
+    got = got.merge(want, on=keys, how="outer", indicator=True)
     assert (got["_merge"] == "both").all() and len(got) == len(want)
     np.testing.assert_allclose(got["mean_x"], got["mean_y"], rtol=1e-12)
     np.testing.assert_allclose(got["std_x"], got["std_y"], rtol=1e-9)  # NaN == NaN here
@@ -278,7 +279,7 @@ def test_pytest_json_report_gives_same_numbers(report, tmp_path):
     doc = _cells(root)
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(doc))
-    from_json = aggregate(to_long(drop_reruns(load_results(path))))
+    from_json = aggregate_csv_frame(aggregate(to_long(drop_reruns(load_results(path)))))
     from_runs = _read(files, "aggregate_csv")
     pd.testing.assert_frame_equal(from_json, from_runs, check_dtype=False)
     # the CLI on a (smaller, hard-label only) JSON report writes next to it by default

@@ -108,28 +108,43 @@ def unused_stamp_dir(parent: Path) -> Path:
     return path
 
 
-def aggregate_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean ± sample std (ddof=1; empty for one seed) over seeds per checkpoint, track and metric."""
+#: The one schema of every aggregate.csv (run folders, grid reports, ``mebench report``).
+AGGREGATE_KEYS: tuple[str, ...] = ("dataset", *IDENTITY_COLUMNS, "checkpoint_B", "track", "metric")
+AGGREGATE_COLUMNS: tuple[str, ...] = (*AGGREGATE_KEYS, "mean", "std", "n_seeds", "seeds")
+
+
+def seed_aggregate(long: Any, keys: Sequence[str]) -> Any:
+    """The one aggregation over seeds: per group of ``keys`` of a long frame (``seed``, ``value``),
+    the mean, the sample std (ddof=1; NaN for one seed, never a misleading 0), the seed count
+    and the seeds (``"0;1;2"``)."""
+    return long.groupby(list(keys), sort=True).agg(
+        mean=("value", "mean"),
+        std=("value", lambda v: v.std(ddof=1)),
+        n_seeds=("value", "count"),
+        seeds=("seed", lambda v: ";".join(str(x) for x in sorted(v))),
+    ).reset_index()
+
+
+def aggregate_rows(rows: Sequence[dict[str, Any]], dataset: str = "") -> list[dict[str, Any]]:
+    """Mean ± sample std over seeds per condition, checkpoint, track and metric (``AGGREGATE_COLUMNS``).
+
+    Rows without a ``dataset`` key get ``dataset`` (metrics.csv rows have none).
+    """
     import pandas as pd
 
     if not rows:
         return []
-    df = pd.DataFrame(list(rows))
-    keys = [*IDENTITY_COLUMNS, "checkpoint_B", "track"]
-    long = df.melt(id_vars=keys + ["seed"], value_vars=list(METRIC_NAMES), var_name="metric")
+    df = pd.DataFrame([{"dataset": dataset, **r} for r in rows])
+    id_vars = [k for k in AGGREGATE_KEYS if k != "metric"]
+    long = df.melt(id_vars=[*id_vars, "seed"], value_vars=list(METRIC_NAMES), var_name="metric")
     long = long.dropna(subset=["value"])
     long["value"] = long["value"].astype(float)
-    g = long.groupby(keys + ["metric"], sort=True)["value"]
-    out = g.agg(mean="mean", std="std", n_seeds="count").reset_index()
-    recs = out.to_dict(orient="records")
+    recs = seed_aggregate(long, AGGREGATE_KEYS).to_dict(orient="records")
     for r in recs:
         r["checkpoint_B"] = int(r["checkpoint_B"])
         r["n_seeds"] = int(r["n_seeds"])
         r["std"] = None if (r["std"] is None or not math.isfinite(r["std"])) else float(r["std"])
     return recs
-
-
-AGGREGATE_COLUMNS = (*IDENTITY_COLUMNS, "checkpoint_B", "track", "metric", "mean", "std", "n_seeds")
 
 
 def write_aggregate_csv(path: Path, recs: Sequence[dict[str, Any]]) -> None:

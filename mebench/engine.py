@@ -347,6 +347,6 @@ def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Op
         finally:
             record_run_metadata(cfg, seed_dir)
     all_rows = [r for s in result.seeds for r in s.rows]
-    result.aggregate = artifacts.aggregate_rows(all_rows)
+    result.aggregate = artifacts.aggregate_rows(all_rows, dataset=cfg.dataset.name)
     artifacts.write_aggregate_csv(result.directory / "aggregate.csv", result.aggregate)
     return result

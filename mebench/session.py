@@ -356,7 +356,8 @@ class BenchSession:
         from mebench import artifacts, runinfo
 
         cells = [self.records[k] for k in sorted(self.records)]
-        rows = [r for c in cells if c.get("status") == "passed" for r in c.get("metrics_rows", [])]
+        rows = [{**r, "dataset": ((c.get("config") or {}).get("dataset") or {}).get("name", "")}
+                for c in cells if c.get("status") == "passed" for r in c.get("metrics_rows", [])]
         devices = sorted({c["device"] for c in cells if c.get("device")})
         statuses = [c.get("status") for c in cells]
         return {

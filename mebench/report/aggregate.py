@@ -13,6 +13,7 @@ import warnings
 
 import pandas as pd
 
+from mebench.artifacts import AGGREGATE_COLUMNS, seed_aggregate
 from mebench.metrics import AGREEMENT_AUC, METRICS
 from mebench.report.load import METRIC_COLUMNS
 
@@ -75,13 +76,15 @@ def to_long(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def aggregate(long: pd.DataFrame) -> pd.DataFrame:
-    """Mean, sample std (ddof=1) and seed count per condition/track/checkpoint/metric."""
-    return long.groupby(list(AGG_KEYS), sort=True).agg(
-        mean=("value", "mean"),
-        std=("value", lambda v: v.std(ddof=1)),
-        n_seeds=("value", "count"),
-        seeds=("seed", lambda s: ";".join(str(x) for x in sorted(s))),
-    ).reset_index()
+    """Mean, sample std (ddof=1), seed count and seeds per condition/track/checkpoint/metric
+    (``mebench.artifacts.seed_aggregate``, the one aggregation)."""
+    return seed_aggregate(long, AGG_KEYS)
+
+
+def aggregate_csv_frame(agg: pd.DataFrame) -> pd.DataFrame:
+    """``agg`` in the one schema of every aggregate.csv (``artifacts.AGGREGATE_COLUMNS``; the label is
+    written as ``attack``, as in metrics.csv)."""
+    return agg.rename(columns={"label": "attack"})[list(AGGREGATE_COLUMNS)]
 
 
 def victim_reference(frame: pd.DataFrame) -> pd.DataFrame:

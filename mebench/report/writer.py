@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from mebench.report.aggregate import aggregate, drop_reruns, to_long, victim_reference
+from mebench.report.aggregate import aggregate, aggregate_csv_frame, drop_reruns, to_long, victim_reference
 from mebench.report.compare import comparison_blocks, comparison_points, compare_all
 from mebench.report.document import render_html, render_markdown
 from mebench.report.gains import (condition_roles, gain_blocks, gain_definitions, gain_table,
@@ -101,7 +101,7 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
         for ext, p in fig_paths.items():
             files[f"curves_{slug(dataset)}_{slug(mode)}_{ext}"] = p
     _write_table(frame, out, "results", files)
-    _write_table(agg, out, "aggregate", files)
+    _write_table(aggregate_csv_frame(agg), out, "aggregate", files)
     prov = provenance(paths)
     _write_table(board, out, "leaderboard", files, definitions={"text": DEFINITION_TEXT, "provenance": prov})
     files["leaderboard_tex"] = out / "leaderboard.tex"
