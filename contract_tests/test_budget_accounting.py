@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from mebench.errors import BudgetExhausted, OracleInputError
 from mebench.models.registry import build_model
-from mebench.oracle import AnswerPipeline, AnswerTransform, Oracle, Temperature, build_answers
+from mebench.defenses import build_answers
+from mebench.defenses.output import Temperature
+from mebench.oracle import AnswerPipeline, AnswerTransform, Oracle
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)
@@ -117,6 +119,10 @@ def test_engine_rejects_an_attack_that_proposes_the_wrong_number_of_images(make_
         engine.run(make_cfg(), progress=False)
 
 
+def _tempered(t: float) -> Temperature:
+    return Temperature(Temperature.Params(t), torch.Generator())
+
+
 class _Round(AnswerTransform):
     """A probability-space step that coarsens answers (a defense-like transform) and counts its calls."""
 
@@ -137,7 +143,7 @@ def test_answer_transforms_leave_the_budget_accounting_unchanged(mode, budget, s
     # contract 1.1, 1.2: victim -> transforms -> output mode; one image is one query whatever the transforms do
     plain = make_oracle(budget, mode)
     rounding = _Round()
-    pipeline = AnswerPipeline(plain.answers.victim, [Temperature(2.0), rounding])
+    pipeline = AnswerPipeline(plain.answers.victim, [_tempered(2.0), rounding])
     piped = Oracle(pipeline, mode, budget, SHAPE)
     for n in sizes:
         x = torch.rand(n, *SHAPE)
@@ -163,9 +169,9 @@ def test_transform_order_and_reference_answers():
     # contract 1.2, 1.3: logits steps precede probability steps; metrics see only reference steps (temperature)
     victim = make_oracle(10).answers.victim
     with pytest.raises(ValueError, match="logits come before"):
-        AnswerPipeline(victim, [_Round(), Temperature(2.0)])
+        AnswerPipeline(victim, [_Round(), _tempered(2.0)])
     x = torch.rand(5, *SHAPE)
-    pipeline = AnswerPipeline(victim, [Temperature(2.0), _Round()])
+    pipeline = AnswerPipeline(victim, [_tempered(2.0), _Round()])
     tempered = torch.softmax(victim.logits(x) / 2.0, dim=1)
     assert torch.allclose(pipeline.reference_probs(x), tempered)
     assert not torch.allclose(pipeline.probs(x), tempered)

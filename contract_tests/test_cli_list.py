@@ -38,3 +38,14 @@ def test_list_rejects_unknown_kind(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(["list", "gadgets"])
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_list_defenses_names_each_with_its_paper(capsys: pytest.CaptureFixture[str]) -> None:
+    # contract 1.2: every defense is listed with its paper, parameters and output modes
+    from mebench.defenses import DEFENSES
+
+    assert main(["list", "defenses"]) == 0
+    out = capsys.readouterr().out
+    for name in DEFENSES.names():
+        line = next(line for line in out.splitlines() if line.split() and line.split()[0] == name)
+        assert DEFENSES.get(name).paper in line

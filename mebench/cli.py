@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Its arguments (and --help) belong to mebench.report.cli, which main() hands them to unparsed.
     sub.add_parser("report", add_help=False,
                    help="curves, leaderboard and comparisons from runs or JSON reports (mebench report --help)")
-    ls = sub.add_parser("list", help="registered attacks (paper, data and output modes), datasets, models; victims")
+    ls = sub.add_parser("list", help="registered attacks and defenses (paper, modes), datasets, models; victims")
     ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
 
@@ -137,11 +137,11 @@ def cmd_report(argv: Sequence[str]) -> int:
     return int(report_main(list(argv)) or 0)
 
 
-LIST_KINDS = ("attacks", "datasets", "models", "victims")
+LIST_KINDS = ("attacks", "defenses", "datasets", "models", "victims")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """Print the registered plugins (attacks with their paper and modes, datasets, models) or the victims."""
+    """Print the registered plugins (attacks and defenses with their paper, datasets, models) or the victims."""
     from mebench.attacks import ATTACKS
     from mebench.data.profiles import PROFILES
     from mebench.models import MODELS
@@ -155,6 +155,13 @@ def cmd_list(args: argparse.Namespace) -> int:
                 control = f"; null control of {', '.join(d['null_control_for'])}" if d["null_control_for"] else ""
                 print(f"  {name:<20} {d['paper']} [data: {', '.join(d['data_modes'])}; "
                       f"output: {', '.join(d['output_modes'])}{control}]")
+        elif kind == "defenses":
+            from mebench.defenses import DEFENSES
+
+            for name in DEFENSES.names():
+                cls = DEFENSES.get(name)
+                params = ", ".join(f"{k}={v}" for k, v in vars(cls.Params()).items()) or "-"
+                print(f"  {name:<20} {cls.paper} [params: {params}; output: {', '.join(sorted(cls.output_modes))}]")
         elif kind == "datasets":
             for name in PROFILES.names():
                 p = PROFILES.get(name)

@@ -104,6 +104,14 @@ class AttackSection:
 
 
 @dataclass(frozen=True)
+class DefenseSection:
+    """The defense between the victim and the attacker (``mebench.defenses``); ``none`` by default."""
+
+    name: str = "none"
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class BudgetSection:
     max_budget: int
     checkpoints: tuple[int, ...]
@@ -127,6 +135,7 @@ class RunConfig:
     attack: AttackSection
     budget: BudgetSection
     cache: CacheSection = CacheSection()
+    defense: DefenseSection = DefenseSection()
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(dataclasses.asdict(self))

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from mebench import artifacts
 from mebench.attacks import ATTACKS, AttackContext
 from mebench.config import RunConfig
-from mebench.validation import attack_params, seed_pool_size, validate
+from mebench.validation import attack_params, defense_params, seed_pool_size, validate
 from mebench.data.augment import grow_pool
 from mebench.data.cache import QueryStore
 from mebench.data.datasets import load_split, resolve_data_root
@@ -30,7 +30,8 @@ from mebench.data.pools import Pool
 from mebench.data.profiles import DatasetProfile, get_profile
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
-from mebench.oracle import AnswerPipeline, Oracle, build_answers
+from mebench.defenses import build_answers, make_defense
+from mebench.oracle import AnswerPipeline, Oracle
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator, seed_everything
@@ -91,7 +92,7 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
     num_classes = profile.num_classes
     net, meta = load_victim_module(cfg.victim, num_classes)
     victim = FrozenVictim(net, device)
-    answers = build_answers(victim, cfg.victim.temperature)
+    answers = build_answers(victim, cfg.victim.temperature)  # the reference the metrics compare with
     evaluator = Evaluator(test_x, test_y, answers.reference_probs(test_x), cfg.attack.output_mode == "soft_prob", device)
     meta["test_accuracy_measured"] = evaluator.victim_accuracy()
     meta["answer_transforms"] = answers.describe()
@@ -165,9 +166,13 @@ def make_track_a_trainer(cfg: RunConfig, prep: Prepared) -> TrackATrainer:
     return TrackATrainer(TrackASpec.from_config(cfg, prep.num_classes), prep.device)
 
 
-def make_oracle(cfg: RunConfig, prep: Prepared) -> Oracle:
-    """A fresh oracle with the full budget of ``cfg`` over the shared frozen victim."""
-    return Oracle(prep.answers, cfg.attack.output_mode, cfg.budget.max_budget,
+def make_oracle(cfg: RunConfig, prep: Prepared, seed: Optional[int] = None) -> Oracle:
+    """A fresh oracle with the full budget of ``cfg`` over the shared frozen victim, behind the
+    run's defense (its randomness seeded from ``seed``, by default the config's first seed)."""
+    seed = cfg.run.seeds[0] if seed is None else seed
+    defense = make_defense(cfg.defense.name, defense_params(cfg), generator(seed, "defense"))
+    answers = build_answers(prep.victim, cfg.victim.temperature, defense)
+    return Oracle(answers, cfg.attack.output_mode, cfg.budget.max_budget,
                   (cfg.victim.channels, *cfg.victim.input_size))
 
 
@@ -239,7 +244,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     t_start = time.perf_counter()
     rows: list[dict[str, Any]] = []
     scorer = CheckpointScorer(cfg, prep, seed, progress, trainer, say)
-    oracle = make_oracle(cfg, prep) if oracle is None else oracle
+    oracle = make_oracle(cfg, prep, seed) if oracle is None else oracle
     summary = _summary_head(cfg, seed, prep)
     timings = {"prepare_shared": prep.seconds}
 

@@ -5,8 +5,8 @@ An answer goes victim -> answer transforms -> output mode:
 1. the frozen victim (``FrozenVictim``: eval + no_grad) gives logits;
 2. an :class:`AnswerPipeline` applies its transforms, first those on logits,
    then a softmax, then those on probabilities. Temperature (the ``tempered``
-   oracle profile) is the first such transform; defenses that perturb answers
-   are further ones (registered in ``ANSWER_TRANSFORMS``);
+   oracle profile) is the first such transform; the run's defense
+   (``mebench.defenses``) follows it;
 3. :class:`Oracle` returns the probabilities (``soft_prob``) or their top-1
    label (``hard_top1``).
 
@@ -24,7 +24,6 @@ from typing import Literal, Sequence, Union
 import torch
 
 from mebench.errors import BudgetExhausted, OracleInputError
-from mebench.registry import Registry
 from mebench.types import OUTPUT_MODES, OracleOutput
 from mebench.inference import chunked
 from mebench.victims.wrapper import FrozenVictim
@@ -52,25 +51,6 @@ class AnswerTransform:
     def describe(self) -> dict:
         """What the run's summary records about this step."""
         return {"name": self.name, "space": self.space}
-
-
-ANSWER_TRANSFORMS: Registry[type[AnswerTransform]] = Registry("answer transform", "mebench.answer_transforms")
-
-
-@ANSWER_TRANSFORMS.register("temperature")
-class Temperature(AnswerTransform):
-    """Softmax at temperature T: logits divided by T (the ``tempered`` profile, §1.2)."""
-
-    name, space, reference = "temperature", "logits", True
-
-    def __init__(self, temperature: float) -> None:
-        self.temperature = float(temperature)
-
-    def apply(self, scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return scores / self.temperature
-
-    def describe(self) -> dict:
-        return {**super().describe(), "temperature": self.temperature}
 
 
 class AnswerPipeline:
@@ -102,11 +82,6 @@ class AnswerPipeline:
 
     def describe(self) -> list[dict]:
         return [t.describe() for t in self.transforms]
-
-
-def build_answers(victim: FrozenVictim, temperature: float = 1.0) -> AnswerPipeline:
-    """The run's pipeline: temperature first (when T != 1), defenses after it."""
-    return AnswerPipeline(victim, [Temperature(temperature)] if temperature != 1.0 else [])
 
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)

@@ -16,6 +16,7 @@ from mebench.config import (RunConfig, describe_places, apply_overrides, build_d
                             read_yaml_file, resolve_paths)
 from mebench.attacks import ATTACKS
 from mebench.data.profiles import PROFILES
+from mebench.defenses import DEFENSES
 from mebench.errors import ConfigError, VictimLoadError
 from mebench.models.registry import MODELS
 from mebench.registry import unknown_name_message
@@ -80,7 +81,7 @@ def validate(cfg: RunConfig, check_files: bool = True) -> None:
     only) so a wrong or damaged file fails here, see ``check_paths``.
     """
     for rule in (_check_run, _check_budget, _check_output_modes, _check_temperature,
-                 _check_attack, _check_dataset, _check_victim, _check_track_a, _check_cache):
+                 _check_attack, _check_dataset, _check_victim, _check_track_a, _check_cache, _check_defense):
         rule(cfg)
     if check_files:
         check_paths(cfg)
@@ -292,3 +293,22 @@ def _check_cache(cfg: RunConfig) -> None:
         raise ConfigError("cache.policy", c.policy, "only 'temporary' caching is allowed: queried images are not kept (§11.2)")
     if not c.delete_on_finish:
         raise ConfigError("cache.delete_on_finish", False, "the temporary query cache must be deleted when the run ends (§11.2)")
+
+
+def defense_params(cfg: RunConfig) -> Any:
+    """The defense's parsed ``Params`` object (raises ConfigError on unknown keys or bad types)."""
+    return build_dataclass(DEFENSES.get(cfg.defense.name).Params, cfg.defense.params, "defense.params")
+
+
+def _check_defense(cfg: RunConfig) -> None:
+    d = cfg.defense
+    if d.name not in DEFENSES:
+        raise ConfigError("defense.name", d.name, unknown_name_message("defense", d.name, DEFENSES.names()))
+    cls = DEFENSES.get(d.name)
+    if cfg.attack.output_mode not in cls.output_modes:
+        raise ConfigError("defense.name", d.name, f"defense '{d.name}' changes probabilities, which a "
+                          f"{cfg.attack.output_mode} answer does not carry; it works with {sorted(cls.output_modes)}")
+    if d.name == "temperature" and cfg.victim.temperature != 1.0:
+        raise ConfigError("defense.name", d.name, "the victim already has a temperature (victim.temperature, "
+                          "oracle_profile: tempered): set one of the two")
+    cls.check_params(defense_params(cfg), cfg.attack.output_mode)

@@ -1,0 +1,30 @@
+"""Defenses: answer transforms between the victim and the attacker. Built-ins register on import."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mebench.defenses import output as _output  # noqa: F401  (registers the built-in defenses)
+from mebench.defenses.base import DEFENSES, Defense, register_defense
+from mebench.defenses.output import Temperature
+from mebench.oracle import AnswerPipeline
+from mebench.victims.wrapper import FrozenVictim
+
+__all__ = ["DEFENSES", "Defense", "register_defense", "build_answers", "make_defense"]
+
+
+def make_defense(name: str, params: Any, generator: torch.Generator) -> Defense:
+    """The defense ``name`` with its parsed ``Params`` (a dataclass instance)."""
+    return DEFENSES.get(name)(params, generator)
+
+
+def build_answers(victim: FrozenVictim, temperature: float = 1.0, defense: Defense | None = None) -> AnswerPipeline:
+    """The oracle's pipeline: temperature first (when T != 1), then the defense (unless ``none``)."""
+    steps: list[Defense] = []
+    if temperature != 1.0:
+        steps.append(Temperature(Temperature.Params(temperature), torch.Generator()))
+    if defense is not None and defense.name != "none":
+        steps.append(defense)
+    return AnswerPipeline(victim, steps)
