@@ -349,3 +349,21 @@ def test_gpus_without_cuda_is_said_before_any_cell_runs(bench: pytest.Pytester,
     lines = [x for x in result.outlines if "CUDA is not available" in x]
     first_cell = next(i for i, x in enumerate(result.outlines) if "test_cell[" in x)
     assert len(lines) == 1 and result.outlines.index(lines[0]) < first_cell
+
+
+# contract 1.2, 6.1: the grid's defense axis; a defended cell's id names the defense
+def test_grid_defense_axis(bench: pytest.Pytester) -> None:
+    config = bench.path / "configs" / "benchmarks" / "mnist.yaml"
+    config.write_text(SYNTH_CONFIG + "defenses:\n  - {name: none}\n  - {name: rounding, params: {decimals: 1}}\n")
+    result = bench.runpytest("benchmarks", "--collect-only", "-q", "-k", "random and s0")
+    assert result.ret == 0, result.stdout.str()
+    ids = collected_ids(result)
+    plain = {i for i in RANDOM_IDS if i.endswith("-s0")}
+    rounded = {i.replace("-random-", "-random-rounding-") for i in plain if "soft_prob" in i}
+    assert ids == plain | rounded  # rounding needs probabilities: no hard_top1 cell
+    result.stdout.fnmatch_lines(["*left out defense rounding x hard_top1*"])
+    run = bench.runpytest("benchmarks", "-k", "random and rounding and surrogate and s0", "--mebench-json", "d.json")
+    assert run.ret == 0, run.stdout.str()
+    (cell,) = cells_by_id(bench.path / "d.json").values()
+    assert cell["defense"] == "rounding" and cell["summary"]["defense"]["name"] == "rounding"
+    assert cell["summary"]["queries_used"] == 300

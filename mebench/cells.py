@@ -142,7 +142,8 @@ class CellRecorder:
         c = self.cell
         record = {
             "id": c.id, "nodeid": self.item.nodeid if self.item is not None else None, "status": status, "problems": list(problems), "error": error,
-            "attack": c.attack, "label": c.label, "data_mode": c.data_mode, "output_mode": c.output_mode,
+            "attack": c.attack, "label": c.label, "defense": c.defense, "data_mode": c.data_mode,
+            "output_mode": c.output_mode,
             "seed": c.seed, "cell_hash": c.hash, "budgets": list(self.run_config.budget.checkpoints),
             "budgets_dropped": list(c.dropped_budgets), "config": self.run_config.to_dict(),
             "metrics_rows": list(result.rows) if result is not None else list(summary.get("results", [])),

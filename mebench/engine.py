@@ -30,7 +30,7 @@ from mebench.data.pools import Pool
 from mebench.data.profiles import DatasetProfile, get_profile
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
-from mebench.defenses import build_answers, make_defense
+from mebench.defenses import DEFENSES, build_answers, make_defense
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.runinfo import git_commit, library_versions, machine_info
@@ -305,6 +305,7 @@ def _summary_head(cfg: RunConfig, seed: int, prep: Prepared) -> dict[str, Any]:
         "dataset": {**prep.profile.as_metadata(), "data_mode": cfg.dataset.data_mode,
                     "surrogate_name": cfg.dataset.surrogate_name, "seed_size": cfg.dataset.seed_size},
         "victim": prep.victim_meta,
+        "defense": {**cfg.to_dict()["defense"], "paper": DEFENSES.get(cfg.defense.name).paper},
         "track_a": {"batch_size": cfg.substitute.trackA.batch_size, "steps_coeff_c": cfg.substitute.trackA.steps_coeff_c,
                     "profile_override": (prep.profile.track_a_batch_size != 128 or prep.profile.steps_coeff_c != 0.2),
                     "init_seed": cfg.substitute.init_seed, "optimizer": cfg.to_dict()["substitute"]["optimizer"],

@@ -72,7 +72,9 @@ class BenchmarkSpec:
     - ``smoke_max_budget``: cells whose largest budget is at most this are marked ``smoke``,
       the others ``full``;
     - ``register``: ``"package.module:function"`` callables run (in every process, xdist
-      workers included) before the grid is built, to register datasets, models or attacks.
+      workers included) before the grid is built, to register datasets, models or attacks;
+    - ``defenses``: the defense axis, each ``{name, params, label}`` (default: ``none`` only);
+      a defended cell's id names the defense after the attack label.
     """
 
     name: str
@@ -89,6 +91,7 @@ class BenchmarkSpec:
     cache: dict = field(default_factory=dict)
     register: tuple[str, ...] = ()
     victims: tuple[dict, ...] = ()
+    defenses: tuple[dict, ...] = ({"name": "none"},)
 
     def victim_entries(self) -> list[tuple[Optional[str], dict]]:
         """``(key, victim section)`` per victim of the grid; key ``None`` for a single-victim grid."""
@@ -111,6 +114,7 @@ class Cell:
     cfg: "RunConfig"
     marker: str
     dropped_budgets: tuple[int, ...] = ()
+    defense: str = "none"
 
     @property
     def victim_key(self) -> str:
@@ -238,6 +242,16 @@ def _check_spec(spec: BenchmarkSpec) -> None:
         keys.append(v["key"])
     if len(set(keys)) != len(keys):
         raise ConfigError("victims", keys, "victim keys must be distinct")
+    labels = []
+    for i, d in enumerate(spec.defenses):
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or set(d) - {"name", "params", "label"}:
+            raise ConfigError(f"defenses[{i}]", d, "each defense is {name, params, label} (params and label optional)")
+        label = str(d.get("label") or d["name"])
+        if not LABEL_RE.match(label):
+            raise ConfigError(f"defenses[{i}].label", label, "use letters, digits and '_' (it names the defense in ids)")
+        labels.append(label)
+    if len(set(labels)) != len(labels):
+        raise ConfigError("defenses", labels, "defense labels must be distinct (give repeated defenses a label)")
 
 
 def _call_registration(entry: str) -> None:
@@ -287,13 +301,33 @@ def _add_attack_cells(grid: Grid, attack: AttackSpec, rootdir: Path, seeds: tupl
             raise ConfigError("attacks.variants.label", label, "use letters, digits and '_' only (no '-')")
         params = {**attack.params, **variant.params}
         for vkey, victim in grid.spec.victim_entries():
-            for data_mode in modes:
-                for output_mode in outs:
-                    for seed in seeds:
-                        cell = _make_cell(grid, attack.name, label, params, data_mode, output_mode, seed, budgets,
-                                          rootdir, vkey, victim)
-                        if cell is not None:
-                            grid.cells.append(cell)
+            for defense in grid.spec.defenses:
+                for data_mode in modes:
+                    for output_mode in outs:
+                        if not _defense_suits(grid, defense, output_mode):
+                            continue
+                        for seed in seeds:
+                            cell = _make_cell(grid, attack.name, label, params, data_mode, output_mode, seed,
+                                              budgets, rootdir, vkey, victim, defense)
+                            if cell is not None:
+                                grid.cells.append(cell)
+
+
+def _defense_suits(grid: Grid, defense: dict, output_mode: str) -> bool:
+    """Whether a defense makes sense with an output mode; if not, a note says it is left out."""
+    from mebench.defenses import DEFENSES
+    from mebench.errors import ConfigError
+    from mebench.registry import unknown_name_message
+
+    name = defense.get("name")
+    if name not in DEFENSES:
+        raise ConfigError("defenses.name", name, unknown_name_message("defense", str(name), DEFENSES.names()))
+    if output_mode in DEFENSES.get(name).output_modes:
+        return True
+    note = f"left out defense {name} x {output_mode}: it works with {sorted(DEFENSES.get(name).output_modes)}"
+    if note not in grid.notes:
+        grid.notes.append(note)
+    return False
 
 
 def _data_modes(grid: Grid, attack: AttackSpec, cls: Any) -> list[str]:
@@ -312,13 +346,17 @@ def _data_modes(grid: Grid, attack: AttackSpec, cls: Any) -> list[str]:
 
 def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str, output_mode: str,
                seed: int, budgets: tuple[int, ...], rootdir: Path, vkey: Optional[str],
-               victim: dict) -> Optional[Cell]:
+               victim: dict, defense: Optional[dict] = None) -> Optional[Cell]:
     from mebench.config import parse_config
     from mebench.validation import validate
 
     prefix = grid.spec.name if vkey is None else f"{grid.spec.name}-{vkey}"
-    cell_id = f"{prefix}-{label}-{data_mode}-{output_mode}-s{seed}"
+    defense = defense or {"name": "none"}
+    dlabel = str(defense.get("label") or defense["name"])
+    shown = "" if defense["name"] == "none" else f"-{dlabel}"
+    cell_id = f"{prefix}-{label}{shown}-{data_mode}-{output_mode}-s{seed}"
     raw = _run_config_dict(grid.spec, victim, cell_id, attack, label, params, data_mode, output_mode, seed, budgets)
+    raw["defense"] = {"name": defense["name"], "params": dict(defense.get("params") or {})}
     ref = raw["victim"].get("checkpoint_ref")
     if isinstance(ref, str) and ref and not Path(ref).is_absolute():
         raw["victim"]["checkpoint_ref"] = ref = str(rootdir / ref)  # benchmark paths are relative to the rootdir
@@ -342,7 +380,7 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
             grid.notes.append(note)
     validate(cfg, check_files=True)
     marker = "smoke" if cfg.budget.max_budget <= grid.spec.smoke_max_budget else "full"
-    return Cell(cell_id, attack, label, data_mode, output_mode, seed, cfg, marker, dropped)
+    return Cell(cell_id, attack, label, data_mode, output_mode, seed, cfg, marker, dropped, defense["name"])
 
 
 def _run_config_dict(spec: BenchmarkSpec, victim: dict, cell_id: str, attack: str, label: str, params: dict,

@@ -57,8 +57,12 @@ def drop_reruns(frame: pd.DataFrame) -> pd.DataFrame:
     kept = ordered.drop_duplicates(subset=keys, keep="last")
     dropped = len(frame) - len(kept)
     if dropped:
+        gone = ordered.loc[ordered.index.difference(kept.index)]
+        names = sorted({f"{r.get('source', '?')} (seed {r['seed']})" for _, r in gone.iterrows()})
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
         warnings.warn(f"{dropped} metrics rows repeat a (condition, seed, track, checkpoint) "
-                      "of a later run and were replaced by it", stacklevel=2)
+                      f"of a later run and were replaced by it; dropped: {', '.join(names[:3])}{more}",
+                      stacklevel=2)
     return kept.sort_values([*POINT_KEYS, "seed"], kind="stable").reset_index(drop=True)
 
 

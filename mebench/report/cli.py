@@ -3,14 +3,17 @@
 Writes curves, the leaderboard (Markdown, HTML, CSV, JSON, LaTeX), pairwise comparisons,
 gains over the null controls and the aggregate. Runs that did not complete are left out
 and listed apart; runs against different victim checkpoints under one victim id are
-reported apart; rankings and comparisons use only rows over the same budget span.
+reported apart; rankings and comparisons use only rows over the same budget span; a
+seed-run found twice among the PATHs is kept once, with a warning.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 import warnings
+from pathlib import Path
 from typing import Sequence
 
 from mebench.report.load import NoResultsError
@@ -21,12 +24,14 @@ from mebench.report.writer import default_out_dir, write_report
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the report options to ``parser`` (usable as a ``mebench`` sub-command)."""
     parser.add_argument("path", nargs="+", help="runs folders, run/seed folders or pytest JSON reports "
-                                                "(several are read together)")
+                                                "(several are merged; a seed-run read twice is kept "
+                                                "once, with a warning)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="output folder (default: PATH/report, or <name>_report/ next "
                              "to a JSON report; the first PATH)")
     parser.add_argument("--n-bootstrap", type=int, default=N_BOOTSTRAP, metavar="N",
-                        help=f"bootstrap resamples per comparison (default {N_BOOTSTRAP})")
+                        help=f"bootstrap resamples per pairwise comparison and per gain over "
+                             f"a null control (default {N_BOOTSTRAP})")
     return parser
 
 
@@ -50,7 +55,19 @@ def run_report(args: argparse.Namespace) -> int:
     print(f"wrote {len(files)} files to {out}")
     for key, path in sorted(files.items()):
         print(f"  {key:<40} {path}")
+    left_out = _count_rows(files.get("excluded_csv"))
+    if left_out:
+        print(f"left out {left_out} seed-run(s) that did not complete: listed in excluded.csv and "
+              "at the end of leaderboard.md")
     return 0
+
+
+def _count_rows(csv_path: Path | None) -> int:
+    """Data rows of a CSV file written by the report (0 when absent)."""
+    if csv_path is None or not csv_path.exists():
+        return 0
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        return max(sum(1 for _ in csv.reader(f)) - 1, 0)
 
 
 def report_main(argv: Sequence[str] | None = None) -> int:

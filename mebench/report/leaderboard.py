@@ -234,25 +234,32 @@ def provenance_text(p: dict[str, Any]) -> str:
 
 
 def leaderboard_latex(board: pd.DataFrame, agg: pd.DataFrame) -> str:
-    """A booktabs LaTeX table per (dataset, output mode, track): rank, attack, data mode, victim,
-    span, agreement AUC and agreement / test accuracy at the largest checkpoint (mean ± std)."""
+    """A booktabs LaTeX tabular per dataset: rank, attack, data mode, output mode, track, victim,
+    span, agreement AUC and agreement / test accuracy at the span's largest checkpoint (mean ± std).
+
+    Rows are grouped by (output mode, track, span), the groups the ranks run within,
+    with a ``\\midrule`` between groups.
+    """
     lookup = _lookup(agg)
-    out = ["% mebench leaderboard (needs \\usepackage{booktabs})"]
-    for (dataset, mode, track), sub in board.groupby(["dataset", "output_mode", "track"], sort=True):
-        budgets = sorted(agg[(agg["dataset"] == dataset) & (agg["output_mode"] == mode)]["checkpoint_B"].unique())
-        top = int(budgets[-1]) if budgets else None
-        out += ["", f"% {dataset}, {mode}, Track {track}", "\\begin{tabular}{rllllccc}", "\\toprule",
-                "Rank & Attack & Data mode & Victim & Span & Agreement AUC & "
-                f"Agreement @{budget_label(top) if top else '-'} & Acc @{budget_label(top) if top else '-'} \\\\",
-                "\\midrule"]
-        for _, r in sub.iterrows():
-            cells = [str(r["rank"]), _tex(r["label"]), _tex(r["data_mode"]), _tex(r["victim_id"]),
-                     _tex(_span(r)), _tex(fmt_mean_std(r["auc_mean"], r["auc_std"])),
-                     _tex(_cell(lookup, r, "agreement", top)) if top else "--",
-                     _tex(_cell(lookup, r, "acc_gt", top)) if top else "--"]
-            out.append(" & ".join(cells) + " \\\\")
+    groups = ["output_mode", "track", "span_lo", "span_hi"]
+    out = ["% mebench leaderboard (needs \\usepackage{booktabs}); ranks run within each block of equal",
+           "% output mode, track and span; @B_max = the largest checkpoint of the row's span"]
+    for dataset, sub in board.groupby("dataset", sort=True):
+        out += ["", f"% {_tex(dataset)}", "\\begin{tabular}{rllllllccc}", "\\toprule",
+                "Rank & Attack & Data mode & Output mode & Track & Victim & Span & Agreement AUC & "
+                "Agreement @$B_{\\max}$ & Acc @$B_{\\max}$ \\\\", "\\midrule"]
+        for i, (_, block) in enumerate(sub.sort_values([*groups, "rank"], kind="stable").groupby(groups, sort=False)):
+            out += ["\\midrule"] if i else []
+            out += [" & ".join(_latex_cells(lookup, r)) + " \\\\" for _, r in block.iterrows()]
         out += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(out) + "\n"
+
+
+def _latex_cells(lookup: Lookup, r: pd.Series) -> list[str]:
+    top = int(r["span_hi"])
+    return [str(r["rank"]), _tex(r["label"]), _tex(r["data_mode"]), _tex(r["output_mode"]), _tex(r["track"]),
+            _tex(r["victim_id"]), _tex(_span(r)), _tex(fmt_mean_std(r["auc_mean"], r["auc_std"])),
+            _tex(_cell(lookup, r, "agreement", top)), _tex(_cell(lookup, r, "acc_gt", top))]
 
 
 _TEX = {"\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "#": "\\#", "_": "\\_", "$": "\\$",
@@ -262,6 +269,8 @@ _TEX = {"\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "#": "\\#", "_": "\\_
 def _tex(text: str) -> str:
     """Escape LaTeX's special characters, one character at a time; ± and – become LaTeX."""
     return "".join(_TEX.get(ch, ch) for ch in str(text))
+
+
 DEFINITION_TEXT = (
     "Values are mean ± sample std (ddof=1) over seeds; a value without ± comes from a "
     "single seed. Agreement AUC (log-budget) = trapezoid area under the per-seed agreement "

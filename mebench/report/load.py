@@ -39,11 +39,14 @@ CSV_COLUMNS: tuple[str, ...] = METRICS_COLUMNS
 """The exact ``metrics.csv`` columns of contract §16.2 (``mebench.artifacts``)."""
 
 EXTRA_COLUMNS: tuple[str, ...] = (
-    "label", "dataset", "victim_test_accuracy", "victim_sha256", "status", "run_name", "run_id", "source",
+    "label", "dataset", "victim_test_accuracy", "victim_sha256", "defense", "status", "run_name", "run_id", "source",
 )
 """Columns the loader adds to every row."""
 
 UNKNOWN = "unknown"
+
+NO_SUMMARY = "no summary.json"
+"""Status of a seed folder without ``summary.json``: the engine writes it last, so the run never finished."""
 
 
 class NoResultsError(ValueError):
@@ -82,11 +85,40 @@ def load_results(path: str | Path | Sequence[str | Path]) -> pd.DataFrame:
         if not p.exists():
             raise NoResultsError(f"{p}: no such file or folder")
         records += load_json_report(p) if p.is_file() else load_runs_folder(p)
-    frame = records_to_frame(records)
+    frame = records_to_frame(unique_records(records))
     if frame.empty:
         raise NoResultsError(f"{', '.join(map(str, paths))}: no metrics rows found (expected metrics.csv "
                              "files under runs/<run>/<timestamp>/seed_<s>/ or a JSON report)")
-    return separate_victims(frame)
+    return defended_victims(separate_victims(frame))
+
+
+def defended_victims(frame: pd.DataFrame) -> pd.DataFrame:
+    """A defended victim is another victim: its runs get ``victim_id`` ``<victim_id>+<defense>``,
+    so attacks are ranked, compared and paired with controls under the same defense only."""
+    defended = frame["defense"].replace("", "none") != "none"
+    if defended.any():
+        frame = frame.copy()
+        frame.loc[defended, "victim_id"] = frame.loc[defended, "victim_id"] + "+" + frame.loc[defended, "defense"]
+    return frame
+
+
+def unique_records(records: Iterable[RunRecord]) -> list[RunRecord]:
+    """One record per source (seed folder, or report file + cell id): a source read twice
+    (a path given twice, or a folder inside another given path) is kept once, with a warning."""
+    kept: dict[str, RunRecord] = {}
+    for rec in records:
+        key = _source_key(rec.source)
+        if key in kept:
+            warnings.warn(f"{rec.source}: read twice (overlapping or repeated PATH); kept once", stacklevel=3)
+            continue
+        kept[key] = rec
+    return list(kept.values())
+
+
+def _source_key(source: str) -> str:
+    """``source`` with its file part resolved, so ``runs/x`` and ``./runs/x`` are one source."""
+    file_part, sep, cell = source.partition("::")
+    return str(Path(file_part).resolve()) + sep + cell if file_part else source
 
 
 def separate_victims(frame: pd.DataFrame) -> pd.DataFrame:
@@ -135,12 +167,14 @@ def _read_seed_folder(folder: Path) -> RunRecord | None:
     except (OSError, ValueError, pd.errors.ParserError) as err:
         warnings.warn(f"{folder / 'metrics.csv'}: skipped, unreadable ({err})", stacklevel=3)
         return None
+    summary = _read_mapping(folder / "summary.json", json.loads)
     if not (folder / "summary.json").exists():
-        warnings.warn(f"{folder}: no summary.json (run still going or stopped early); its "
-                      "rows are used with the attack name as label", stacklevel=3)
+        warnings.warn(f"{folder}: no summary.json (run still going or killed); its rows are "
+                      f"read with status '{NO_SUMMARY}' and left out of rankings", stacklevel=3)
+        summary = {"status": NO_SUMMARY}
     return RunRecord(
         rows=rows.to_dict(orient="records"),
-        summary=_read_mapping(folder / "summary.json", json.loads),
+        summary=summary,
         run_config=_read_mapping(folder / "run_config.yaml", yaml.safe_load),
         run_name=folder.parent.parent.name,
         run_id=folder.parent.name,
@@ -173,14 +207,18 @@ def pytest_json_records(doc: Mapping[str, Any], source: str = "") -> list[RunRec
     """The one place that knows the harness's JSON layout.
 
     Expected: ``{"cells": [{"id": str, "metrics_rows": [row, ...], "summary": {...}}]}``
-    where each row has the ``metrics.csv`` columns. Cells without rows (failed or
-    skipped cells) are left out.
+    where each row has the ``metrics.csv`` columns. Cells without rows (errored or
+    skipped cells) are left out, errored ones with a warning; a cell whose status is not
+    ``passed`` keeps its rows with status ``cell <status>`` (left out of rankings later).
     """
     records = []
     for i, cell in enumerate(doc.get("cells", []) if isinstance(doc, Mapping) else []):
-        if not isinstance(cell, Mapping) or not cell.get("metrics_rows"):
+        if not isinstance(cell, Mapping):
             continue
         cell_id = str(cell.get("id", f"cell{i}"))
+        if not cell.get("metrics_rows"):
+            _warn_rowless_cell(cell, f"{source}::{cell_id}")
+            continue
         summary = dict(cell.get("summary") or {})
         outcome = cell.get("status", cell.get("outcome"))
         if outcome not in (None, "passed"):  # a cell that failed its contract checks is not a result
@@ -194,6 +232,14 @@ def pytest_json_records(doc: Mapping[str, Any], source: str = "") -> list[RunRec
             source=f"{source}::{cell_id}",
         ))
     return records
+
+
+def _warn_rowless_cell(cell: Mapping[str, Any], where: str) -> None:
+    """A cell that errored before writing any metrics row is left out, and said so (skipped cells are silent)."""
+    status = cell.get("status", cell.get("outcome"))
+    if status not in ("passed", "skipped"):
+        error = f": {cell['error']}" if cell.get("error") else ""
+        warnings.warn(f"left out {where}: status '{status}', no metrics rows{error}", stacklevel=4)
 
 
 def records_to_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
@@ -213,8 +259,10 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
     victim = _section(summary, "victim")
     dataset = _section(summary, "dataset") or _section(config, "dataset")
     status = summary.get("status", "complete") if summary else "complete"
+    defense = _section(summary, "defense") or _section(config, "defense")
     return {
         "label": attack.get("label") or attack.get("name") or "",
+        "defense": str(defense.get("name") or "none"),
         "dataset": str(dataset.get("name") or UNKNOWN),
         "victim_test_accuracy": _as_float(victim.get("test_accuracy")),
         "victim_sha256": str(victim.get("checkpoint_sha256") or victim.get("sha256") or ""),
@@ -245,7 +293,8 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     for col in ("seed", "checkpoint_B"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     text_cols = ["track", "attack", "data_mode", "output_mode", "victim_id",
-                 "substitute_arch", "label", "dataset", "victim_sha256", "status", "run_name", "run_id", "source"]
+                 "substitute_arch", "label", "dataset", "victim_sha256", "defense", "status", "run_name", "run_id",
+                 "source"]
     for col in text_cols:
         frame[col] = frame[col].fillna("").astype(str).str.strip()
     frame["label"] = frame["label"].where(frame["label"] != "", frame["attack"])

@@ -68,9 +68,9 @@ def _write_pages(blocks: list, out: Path, name: str, title: str, files: dict[str
 
 def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | None = None,
                  n_bootstrap: int = N_BOOTSTRAP) -> dict[str, Path]:
-    """Write curves (PNG, SVG), leaderboard (MD, HTML, CSV, JSON), comparisons
+    """Write curves (PNG, SVG), leaderboard (MD, HTML, CSV, JSON, TeX), comparisons
     (MD, CSV, JSON), gains over the null control (MD, CSV, JSON), the aggregate
-    table and the tidy input rows.
+    table, the tidy input rows and the runs left out (``excluded.csv``).
 
     ``path`` is a runs folder, one run or seed folder, or a pytest JSON report, or
     a list of them; ``out_dir`` defaults to :func:`default_out_dir`. Runs that did
