@@ -49,3 +49,19 @@ def test_list_defenses_names_each_with_its_paper(capsys: pytest.CaptureFixture[s
     for name in DEFENSES.names():
         line = next(line for line in out.splitlines() if line.split() and line.split()[0] == name)
         assert DEFENSES.get(name).paper in line
+
+
+@pytest.mark.parametrize("command", [["run"], ["victim", "train"], ["list"], ["report"]])
+def test_every_cli_option_has_help_text(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # issue: complete --help texts: every argument of every command says what it is
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    lines = text.split("arguments:", 1)[1].splitlines()
+    for i, line in enumerate(lines):
+        words = line.split()
+        if line.startswith("  ") and not line.startswith("   ") and words and len(words) == 1 + (
+                words[0].startswith("-") and len(words) > 1 and words[1].isupper()):
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            assert nxt.startswith(" " * 10), f"{' '.join(command)}: {line.strip()} has no help text"
