@@ -111,6 +111,12 @@ def test_track_a_trains_on_what_the_defended_oracle_returned(make_cfg, tmp_path,
     plain = engine.make_oracle(make_cfg(), prep, 0).answers
     x = torch.rand(32, *SHAPE)
     assert not torch.allclose(oracle.answers.probs(x), plain.probs(x))  # the defense did act
+    cost = result.summary["defense"]["utility"]
+    assert cost["test_images"] == prep.evaluator.x.shape[0] and cost["seconds_per_1000_answers"] > 0
+    assert 0 < cost["mean_abs_perturbation"] < 1
+    if name == "top1":  # the label survives, the confidences do not
+        assert cost["agreement_with_undefended"] == 1.0
+        assert cost["test_accuracy"] == pytest.approx(prep.evaluator.victim_accuracy())
 
 
 @pytest.mark.parametrize("defense, key, words", [

@@ -31,6 +31,7 @@ from mebench.data.profiles import DatasetProfile, get_profile
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
 from mebench.defenses import DEFENSES, build_answers, make_defense
+from mebench.defenses.utility import utility_cost
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.runinfo import git_commit, library_versions, machine_info
@@ -246,6 +247,10 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     scorer = CheckpointScorer(cfg, prep, seed, progress, trainer, say)
     oracle = make_oracle(cfg, prep, seed) if oracle is None else oracle
     summary = _summary_head(cfg, seed, prep)
+    if cfg.defense.name != "none":  # a fresh instance, so the measurement draws none of the oracle's randomness
+        own = make_defense(cfg.defense.name, defense_params(cfg), generator(seed, "defense_utility"))
+        summary["defense"]["utility"] = utility_cost(build_answers(prep.victim, cfg.victim.temperature, own),
+                                                     prep.answers, prep.evaluator)
     timings = {"prepare_shared": prep.seconds}
 
     def on_checkpoint(budget: int) -> None:
