@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mebench.inference import chunked
+
 ImageLoader = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -44,11 +46,10 @@ def stable_topk(scores: torch.Tensor, k: int, largest: bool) -> torch.Tensor:
 @torch.no_grad()
 def predict_probs(model: nn.Module, load: ImageLoader, index: torch.Tensor, chunk: int) -> torch.Tensor:
     """Softmax outputs ``[m, K]`` of ``model`` on the images ``load(index)``, chunk by chunk."""
-    model.eval()
-    outs = [F.softmax(model(load(index[s])), dim=1) for s in _chunks(int(index.numel()), chunk)]
-    if not outs:
+    if index.numel() == 0:
         raise ValueError("no candidates to score")
-    return torch.cat(outs)
+    model.eval()
+    return chunked(lambda idx: F.softmax(model(load(idx)), dim=1), index, index.device, chunk)
 
 
 def entropy(probs: torch.Tensor) -> torch.Tensor:
