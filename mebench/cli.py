@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="output folder (default: run.output_dir, 'runs')")
     r.add_argument("--threads", type=int, help="torch CPU threads (results on the CPU depend on it; "
                    "recorded in summary.json; default: free CPUs, at most 8, or $OMP_NUM_THREADS)")
+    r.add_argument("--transfer", action="store_true",
+                   help="also measure transferability (FGSM and PGD crafted on every checkpoint substitute, "
+                        "scored on the victim; transfer.csv), as metrics.transfer: [fgsm, pgd]")
     r.add_argument("--no-progress", action="store_true",
                    help="no progress output (default: bars on a terminal, a line per phase and minute in a log)")
     v = sub.add_parser("victim", help="reference victims")
@@ -89,7 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, overrides={"seeds": args.seeds, "budgets": args.budgets, "device": args.device,
                                               "data_root": args.data_root, "output_dir": args.out,
-                                              "download": args.download or None})
+                                              "download": args.download or None,
+                                              "transfer": ["fgsm", "pgd"] if args.transfer else None})
     threads = _set_threads(args.threads)
     print(f"run {cfg.run.name}: seeds {list(cfg.run.seeds)}, device {cfg.run.device}, {threads}", flush=True)
     bars = not args.no_progress and sys.stderr.isatty()  # in a log: a few lines per phase instead of bars

@@ -104,6 +104,15 @@ class AttackSection:
 
 
 @dataclass(frozen=True)
+class MetricsSection:
+    """Optional measurements beyond §1.3: ``transfer`` lists the transferability methods
+    (``fgsm``, ``pgd``; ``mebench.transfer``) run on every checkpoint substitute."""
+
+    transfer: tuple[str, ...] = ()
+    transfer_images: int = 1000
+
+
+@dataclass(frozen=True)
 class DefenseSection:
     """The defense between the victim and the attacker (``mebench.defenses``); ``none`` by default."""
 
@@ -136,6 +145,7 @@ class RunConfig:
     budget: BudgetSection
     cache: CacheSection = CacheSection()
     defense: DefenseSection = DefenseSection()
+    metrics: MetricsSection = MetricsSection()
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(dataclasses.asdict(self))
@@ -231,7 +241,7 @@ def describe_places(value: str, config_dir: Optional[Path]) -> str:
 def apply_overrides(cfg: RunConfig, seeds: Optional[Sequence[int]] = None,
                     budgets: Optional[Sequence[int]] = None, device: Optional[str] = None,
                     data_root: Optional[str] = None, output_dir: Optional[str] = None,
-                    download: Optional[bool] = None) -> RunConfig:
+                    download: Optional[bool] = None, transfer: Optional[Sequence[str]] = None) -> RunConfig:
     """Command-line overrides; ``budgets`` replaces the checkpoints and sets max_budget to their max."""
     run = cfg.run
     if seeds is not None:
@@ -246,4 +256,5 @@ def apply_overrides(cfg: RunConfig, seeds: Optional[Sequence[int]] = None,
     dataset = cfg.dataset if data_root is None else dataclasses.replace(cfg.dataset, data_root=data_root)
     if download:
         dataset = dataclasses.replace(dataset, download=True)
-    return dataclasses.replace(cfg, run=run, budget=budget, dataset=dataset)
+    metrics = cfg.metrics if transfer is None else dataclasses.replace(cfg.metrics, transfer=tuple(transfer))
+    return dataclasses.replace(cfg, run=run, budget=budget, dataset=dataset, metrics=metrics)

@@ -38,6 +38,7 @@ from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator, seed_everything
 from mebench.state import EngineState
 from mebench.training.track_a import TrackASpec, TrackATrainer
+from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
 from mebench.types import CheckpointResult
 from mebench.victims.load import load_victim_module
 from mebench.victims.wrapper import FrozenVictim
@@ -128,6 +129,21 @@ class CheckpointScorer:
         self.final_model: Optional[torch.nn.Module] = None
         self.timings = {"track_a": 0.0, "track_b": 0.0}
         self.track_a_steps: dict[int, int] = {}
+        self.transfer: Optional[TransferEvaluator] = None
+        self.transfer_rows: list[dict[str, Any]] = []
+        if cfg.metrics.transfer:  # the victim through the evaluation path: never the oracle, never the attack
+            self.timings["transfer"] = 0.0
+            self.transfer = TransferEvaluator(prep.victim, prep.evaluator.x, prep.evaluator.y,
+                                              settings_for(prep.profile, cfg.metrics.transfer_images),
+                                              cfg.metrics.transfer, generator(seed, "transfer"))
+
+    def score_transfer(self, model: torch.nn.Module, budget: int, track: str) -> None:
+        """Transfer success of one checkpoint substitute (``metrics.transfer``), kept for transfer.csv."""
+        if self.transfer is None:
+            return
+        t0 = time.perf_counter()
+        self.transfer_rows += self.transfer.rows(model, self.seed, budget, track)
+        self.timings["transfer"] += time.perf_counter() - t0
 
     def track_a(self, state: EngineState, budget: int) -> CheckpointResult:
         t0 = time.perf_counter()
@@ -147,6 +163,7 @@ class CheckpointScorer:
         dt = time.perf_counter() - t0
         ticker.close(f"agreement {metrics.agreement:.4f}, acc {metrics.acc_gt:.4f}")
         self.timings["track_a"] += dt
+        self.score_transfer(model, budget, "A")
         return CheckpointResult(self.seed, budget, "A", metrics, dt)
 
     def track_b(self, attack: Any, state: EngineState, budget: int) -> Optional[CheckpointResult]:
@@ -159,6 +176,7 @@ class CheckpointScorer:
         metrics = self.prep.evaluator.evaluate(model)
         dt = time.perf_counter() - t0
         self.timings["track_b"] += dt
+        self.score_transfer(model, budget, "B")
         return CheckpointResult(self.seed, budget, "B", metrics, dt)
 
 
@@ -258,6 +276,8 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
             if res is not None:
                 rows.append(artifacts.metrics_row(res, _ident(cfg)))
         artifacts.write_metrics_csv(seed_dir / "metrics.csv", rows)
+        if scorer.transfer is not None:
+            artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, scorer.transfer_rows)
 
     try:
         if store is None:  # created inside the try so an interrupt right after mkdir is cleaned up too
@@ -296,6 +316,9 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
             artifacts.atomic_save_torch({k: v.cpu() for k, v in scorer.final_model.state_dict().items()},
                                         seed_dir / "final_substitute.ckpt")
         artifacts.write_metrics_csv(seed_dir / "metrics.csv", rows)
+        if scorer.transfer is not None:
+            summary["transfer"] = scorer.transfer_rows
+            artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, scorer.transfer_rows)
         artifacts.atomic_write_json(seed_dir / "summary.json", summary)
     return SeedResult(seed, rows, summary, seed_dir)
 

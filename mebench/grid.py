@@ -75,6 +75,7 @@ class BenchmarkSpec:
       workers included) before the grid is built, to register datasets, models or attacks;
     - ``defenses``: the defense axis, each ``{name, params, label}`` (default: ``none`` only);
       a defended cell's id names the defense after the attack label.
+    - ``metrics``: the run config's ``metrics`` section for every cell (e.g. ``transfer: [fgsm, pgd]``).
     """
 
     name: str
@@ -92,6 +93,7 @@ class BenchmarkSpec:
     register: tuple[str, ...] = ()
     victims: tuple[dict, ...] = ()
     defenses: tuple[dict, ...] = ({"name": "none"},)
+    metrics: dict = field(default_factory=dict)
 
     def victim_entries(self) -> list[tuple[Optional[str], dict]]:
         """``(key, victim section)`` per victim of the grid; key ``None`` for a single-victim grid."""
@@ -392,7 +394,8 @@ def _run_config_dict(spec: BenchmarkSpec, victim: dict, cell_id: str, attack: st
             "substitute": spec.substitute,
             "attack": {"name": attack, "output_mode": output_mode, "params": params,
                        **({"label": label} if label != attack else {})},
-            "budget": {"max_budget": max(budgets), "checkpoints": list(budgets)}, "cache": spec.cache}
+            "budget": {"max_budget": max(budgets), "checkpoints": list(budgets)}, "cache": spec.cache,
+            "metrics": spec.metrics}
 
 
 def _feasible_budgets(cfg: "RunConfig", budgets: tuple[int, ...]) -> tuple[int, ...]:

@@ -81,7 +81,8 @@ def validate(cfg: RunConfig, check_files: bool = True) -> None:
     only) so a wrong or damaged file fails here, see ``check_paths``.
     """
     for rule in (_check_run, _check_budget, _check_output_modes, _check_temperature,
-                 _check_attack, _check_dataset, _check_victim, _check_track_a, _check_cache, _check_defense):
+                 _check_attack, _check_dataset, _check_victim, _check_track_a, _check_cache, _check_defense,
+                 _check_metrics):
         rule(cfg)
     if check_files:
         check_paths(cfg)
@@ -312,3 +313,14 @@ def _check_defense(cfg: RunConfig) -> None:
         raise ConfigError("defense.name", d.name, "the victim already has a temperature (victim.temperature, "
                           "oracle_profile: tempered): set one of the two")
     cls.check_params(defense_params(cfg), cfg.attack.output_mode)
+
+
+def _check_metrics(cfg: RunConfig) -> None:
+    from mebench.transfer import METHODS
+
+    m = cfg.metrics
+    unknown = [t for t in m.transfer if t not in METHODS]
+    if unknown or len(set(m.transfer)) != len(m.transfer):
+        raise ConfigError("metrics.transfer", list(m.transfer), f"distinct methods among {', '.join(METHODS)}")
+    if m.transfer_images <= 0:
+        raise ConfigError("metrics.transfer_images", m.transfer_images, "must be a positive number of test images")

@@ -17,6 +17,8 @@ _MNIST_NORM = ((0.1307,), (0.3081,))
 _FASHIONMNIST_NORM = ((0.2860,), (0.3530,))
 _CIFAR_NORM = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 _IMAGENET_NORM = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+#: Transferability on 32x32 / 224x224 RGB: ε = 8/255, 10 PGD steps of 2/255 (CIFAR-10 literature).
+_RGB_TRANSFER = {"transfer_eps": 8 / 255, "pgd_steps": 10, "pgd_alpha": 2 / 255}
 
 
 def _idx_files(folder: str, *stems: str) -> tuple[str, ...]:
@@ -30,11 +32,11 @@ MNIST = register_dataset(DatasetProfile(
 CIFAR10 = register_dataset(DatasetProfile(
     "CIFAR10", 3, (32, 32), 10, *_CIFAR_NORM, train_size=50000, test_size=10000, victim_dataset=True,
     reader=read_cifar10, files=("cifar-10-batches-py/data_batch_1 .. data_batch_5", "cifar-10-batches-py/test_batch"),
-    downloadable=True))
+    downloadable=True, **_RGB_TRANSFER))
 SEWERML = register_dataset(DatasetProfile(
     "SewerML", 3, (224, 224), 2, *_IMAGENET_NORM, train_size=0, test_size=0, victim_dataset=True,
     notes="Read from a local folder (see mebench.data.datasets); sizes come from the files.",
-    reader=read_sewerml, files=("SewerML/train/<class>/*.png", "SewerML/test/<class>/*.png")))
+    reader=read_sewerml, files=("SewerML/train/<class>/*.png", "SewerML/test/<class>/*.png"), **_RGB_TRANSFER))
 FASHIONMNIST = register_dataset(DatasetProfile(
     "FashionMNIST", 1, (28, 28), 10, *_FASHIONMNIST_NORM, train_size=60000, test_size=10000,
     victim_dataset=True, serves=("MNIST",), reader=torchvision_mnist_like("FashionMNIST"),

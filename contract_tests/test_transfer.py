@@ -1,0 +1,85 @@
+"""Transferability (``mebench.transfer``): crafted on the substitute, scored on the victim.
+
+FGSM is one ε·sign(∇) step, PGD never leaves the ε-ball or the pixel range, only images the
+victim classifies correctly are used, and the victim is reached outside the oracle: the budget
+is untouched and the attack's run is the same with and without the measurement.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mebench import engine
+from mebench.errors import ConfigError
+from mebench.models.registry import build_model
+from mebench.transfer import _input_grad, correct_subset, fgsm, pgd
+from mebench.validation import validate
+from mebench.victims.wrapper import FrozenVictim
+
+SHAPE = (1, 8, 8)
+
+
+def _model(seed: int = 0):
+    torch.manual_seed(seed)
+    return build_model("tiny_mlp", 1, 4, (8, 8), (0.5,), (0.25,)).eval()
+
+
+@given(eps=st.floats(0.01, 0.3), seed=st.integers(0, 10))
+def test_fgsm_is_one_signed_gradient_step(eps, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = eps + (1 - 2 * eps) * torch.rand((16, *SHAPE), generator=g)  # interior: no clipping
+    y = torch.randint(0, 4, (16,), generator=g)
+    model = _model()
+    adv = fgsm(model, x, y, eps)
+    torch.testing.assert_close(adv, x + eps * _input_grad(model, x, y).sign())
+
+
+@given(eps=st.floats(0.0, 0.5), steps=st.integers(0, 6), alpha=st.floats(0.001, 0.3), seed=st.integers(0, 10))
+def test_pgd_stays_in_the_eps_ball_and_the_pixel_range(eps, steps, alpha, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand((8, *SHAPE), generator=g)
+    y = torch.randint(0, 4, (8,), generator=g)
+    adv = pgd(_model(), x, y, eps, steps, alpha, torch.Generator().manual_seed(seed))
+    assert float((adv - x).abs().max()) <= eps + 1e-6
+    assert float(adv.min()) >= 0.0 and float(adv.max()) <= 1.0
+
+
+def test_only_images_the_victim_gets_right_are_used():
+    victim = FrozenVictim(_model(), "cpu")
+    x = (torch.rand((300, *SHAPE)) * 255).round().to(torch.uint8)
+    y = torch.randint(0, 4, (300,))
+    images, labels = correct_subset(victim, x, y, 50, torch.Generator().manual_seed(0))
+    assert images.shape[0] == labels.shape[0] <= 50 and images.dtype == torch.float32
+    assert torch.equal(victim.logits(images).argmax(1), labels)
+    again, _ = correct_subset(victim, x, y, 50, torch.Generator().manual_seed(0))
+    assert torch.equal(images, again)  # seeded
+
+
+def test_transfer_is_never_charged_and_never_changes_the_run(make_cfg, tmp_path):
+    # contract 1.1: the victim is reached outside the oracle; metrics.csv is the same with and without it
+    plain = make_cfg(run={"output_dir": str(tmp_path / "plain")})
+    measured = make_cfg(run={"output_dir": str(tmp_path / "measured")},
+                        metrics={"transfer": ["fgsm", "pgd"], "transfer_images": 40})
+    a = engine.run(plain, progress=False).seeds[0]
+    b = engine.run(measured, progress=False).seeds[0]
+    assert a.summary["queries_used"] == b.summary["queries_used"] == 500
+    assert (a.directory / "metrics.csv").read_bytes() == (b.directory / "metrics.csv").read_bytes()
+    rows = list(csv.DictReader((b.directory / "transfer.csv").open()))
+    assert {(int(r["checkpoint_B"]), r["track"], r["method"]) for r in rows} == {
+        (200, "A", "fgsm"), (200, "A", "pgd"), (500, "A", "fgsm"), (500, "A", "pgd")}
+    assert all(0 <= float(r["success_rate"]) <= 1 and float(r["eps"]) == 0.3 for r in rows)
+    assert not (a.directory / "transfer.csv").exists() and b.summary["timings_s"]["transfer"] > 0
+
+
+def test_bad_transfer_settings_fail_before_any_work(make_cfg):
+    with pytest.raises(ConfigError, match="distinct methods") as e:
+        validate(make_cfg(metrics={"transfer": ["cw"]}), check_files=False)
+    assert e.value.key == "metrics.transfer"
+    with pytest.raises(ConfigError) as e:
+        validate(make_cfg(metrics={"transfer": ["fgsm"], "transfer_images": 0}), check_files=False)
+    assert e.value.key == "metrics.transfer_images"
