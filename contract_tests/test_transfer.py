@@ -71,7 +71,10 @@ def test_transfer_is_never_charged_and_never_changes_the_run(make_cfg, tmp_path)
     assert (a.directory / "metrics.csv").read_bytes() == (b.directory / "metrics.csv").read_bytes()
     rows = list(csv.DictReader((b.directory / "transfer.csv").open()))
     assert {(int(r["checkpoint_B"]), r["track"], r["method"]) for r in rows} == {
+        (0, "victim", "fgsm"), (0, "victim", "pgd"),  # the white-box reference on the victim itself
         (200, "A", "fgsm"), (200, "A", "pgd"), (500, "A", "fgsm"), (500, "A", "pgd")}
+    whitebox = [r for r in rows if r["track"] == "victim"]
+    assert all(r["success_rate"] == r["substitute_success_rate"] for r in whitebox)
     assert all(0 <= float(r["success_rate"]) <= 1 and float(r["eps"]) == 0.3 for r in rows)
     assert not (a.directory / "transfer.csv").exists() and b.summary["timings_s"]["transfer"] > 0
 

@@ -136,6 +136,9 @@ class CheckpointScorer:
             self.transfer = TransferEvaluator(prep.victim, prep.evaluator.x, prep.evaluator.y,
                                               settings_for(prep.profile, cfg.metrics.transfer_images),
                                               cfg.metrics.transfer, generator(seed, "transfer"))
+            t0 = time.perf_counter()
+            self.transfer_rows += self.transfer.whitebox_rows(seed)
+            self.timings["transfer"] += time.perf_counter() - t0
 
     def score_transfer(self, model: torch.nn.Module, budget: int, track: str) -> None:
         """Transfer success of one checkpoint substitute (``metrics.transfer``), kept for transfer.csv."""
