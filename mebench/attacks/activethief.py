@@ -1,13 +1,8 @@
 """ActiveThief (Pal et al., AAAI 2020): pool-based active learning for model extraction.
 
-A random seed set and a random validation set are queried first; then, round
-after round, the substitute is trained from scratch on everything labelled so
-far (Adam, early stopping on the validation macro-F1 against the victim's
-labels, best epoch kept), it scores the unlabelled pool, and the strategy
-(``mebench.attacks.selection``) picks the next round's images. Every
-checkpoint ends a round (``schedule``, see ``plan_schedule``). The README tells
-the long story: schedules, where the paper and the authors' code differ, and
-the named fast variants.
+The attack loop (seed and validation sets, rounds of training from scratch and selection by
+``mebench.attacks.selection``, a round ending at every checkpoint) is described once, in the
+README ("ActiveThief"); this docstring keeps the reference values and their sources.
 
 Paper: https://ojs.aaai.org/index.php/AAAI/article/view/5432 (sections
 "Experimental Setup" and "Training regime"). Code: the authors'
