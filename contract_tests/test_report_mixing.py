@@ -191,7 +191,15 @@ def test_defended_runs_are_another_victim(tmp_path):
     _run(tmp_path, "defended", "random", [0, 1], [1000, 10000], 0.3)
     for summary in (tmp_path / "defended").rglob("summary.json"):
         doc = json.loads(summary.read_text())
-        summary.write_text(json.dumps({**doc, "defense": {"name": "rounding", "params": {"decimals": 1}}}))
+        summary.write_text(json.dumps({**doc, "defense": {"name": "rounding", "params": {"decimals": 1},
+                                                          "utility": {"test_accuracy": 0.97,
+                                                                      "mean_abs_perturbation": 0.02}}}))
     files = write_report(tmp_path, tmp_path / "out", n_bootstrap=200)
     agg = pd.read_csv(files["aggregate_csv"])
     assert set(agg["victim_id"]) == {"mnist_lenet5", "mnist_lenet5+rounding"} and (agg["n_seeds"] == 2).all()
+    # the attack x defense matrix sets them side by side, with the defense's utility cost
+    matrix = pd.read_csv(files["defenses_csv"])
+    assert set(matrix["defense"]) == {"none", "rounding"} and set(matrix["base_victim"]) == {"mnist_lenet5"}
+    low = matrix[(matrix["defense"] == "rounding") & (matrix["checkpoint_B"] == 1000)]
+    assert low["agreement_mean"].iloc[0] == pytest.approx(0.3 + 0.01 + 0.001)
+    assert "rounding (acc 0.970, |Δp| 0.020)" in files["defenses_md"].read_text().replace("\\|", "|")

@@ -39,7 +39,8 @@ CSV_COLUMNS: tuple[str, ...] = METRICS_COLUMNS
 """The exact ``metrics.csv`` columns of contract §16.2 (``mebench.artifacts``)."""
 
 EXTRA_COLUMNS: tuple[str, ...] = (
-    "label", "dataset", "victim_test_accuracy", "victim_sha256", "defense", "status", "run_name", "run_id", "source",
+    "label", "dataset", "victim_test_accuracy", "victim_sha256", "defense", "defense_test_accuracy",
+    "defense_agreement", "defense_perturbation", "status", "run_name", "run_id", "source",
 )
 """Columns the loader adds to every row."""
 
@@ -263,6 +264,9 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
     return {
         "label": attack.get("label") or attack.get("name") or "",
         "defense": str(defense.get("name") or "none"),
+        "defense_test_accuracy": _as_float(_section(defense, "utility").get("test_accuracy")),
+        "defense_agreement": _as_float(_section(defense, "utility").get("agreement_with_undefended")),
+        "defense_perturbation": _as_float(_section(defense, "utility").get("mean_abs_perturbation")),
         "dataset": str(dataset.get("name") or UNKNOWN),
         "victim_test_accuracy": _as_float(victim.get("test_accuracy")),
         "victim_sha256": str(victim.get("checkpoint_sha256") or victim.get("sha256") or ""),
@@ -288,7 +292,8 @@ def _as_float(value: Any) -> float:
 
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     """Coerce types; drop rows whose seed/checkpoint/track cannot be read."""
-    for col in (*METRIC_COLUMNS, "victim_test_accuracy"):
+    for col in (*METRIC_COLUMNS, "victim_test_accuracy", "defense_test_accuracy", "defense_agreement",
+                "defense_perturbation"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     for col in ("seed", "checkpoint_B"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")

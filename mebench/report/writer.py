@@ -12,6 +12,7 @@ import pandas as pd
 
 from mebench.report.aggregate import aggregate, aggregate_csv_frame, drop_reruns, to_long, victim_reference
 from mebench.report.compare import comparison_blocks, comparison_points, compare_all
+from mebench.report.defenses import defense_blocks, defense_matrix
 from mebench.report.document import render_html, render_markdown
 from mebench.report.gains import (condition_roles, gain_blocks, gain_definitions, gain_table,
                                   leaderboard_gain_columns)
@@ -115,4 +116,8 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     _write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
                  files, html=False)
     _write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
+    matrix = defense_matrix(frame)
+    if not matrix.empty:
+        _write_table(matrix, out, "defenses", files)
+        _write_pages(defense_blocks(matrix), out, "defenses", "mebench defenses", files, html=False)
     return files
