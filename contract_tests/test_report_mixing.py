@@ -203,3 +203,4 @@ def test_defended_runs_are_another_victim(tmp_path):
     low = matrix[(matrix["defense"] == "rounding") & (matrix["checkpoint_B"] == 1000)]
     assert low["agreement_mean"].iloc[0] == pytest.approx(0.3 + 0.01 + 0.001)
     assert "rounding (acc 0.970, |Δp| 0.020)" in files["defenses_md"].read_text().replace("\\|", "|")
+    assert files["defenses_mnist_soft_prob_png"].is_file()  # the utility-vs-protection scatter

@@ -124,3 +124,31 @@ def write_curve_figures(agg: pd.DataFrame, victims: pd.DataFrame,
         plt.close(fig)
         written[(dataset, mode)] = paths
     return written
+
+
+def write_defense_scatter(matrix: pd.DataFrame, out_dir: Path) -> dict[tuple[str, str], dict[str, Path]]:
+    """Utility vs protection, one figure per (dataset, output mode): for every defense, its defended
+    test accuracy (x) against each attack's Track A agreement at the largest budget (y); ``none``
+    sits at the victim's own accuracy. Returns {(dataset, mode): {"png": path, "svg": path}}."""
+    files: dict[tuple[str, str], dict[str, Path]] = {}
+    top = matrix[(matrix["track"] == "A")]
+    for (dataset, mode), m in top.groupby(["dataset", "output_mode"], sort=True):
+        m = m[m["checkpoint_B"] == m["checkpoint_B"].max()]
+        base_acc = m.loc[m["defense"] != "none", "defense_test_accuracy"].max()
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for (label, dm), g in m.groupby(["label", "data_mode"], sort=True):
+            x = [base_acc if d == "none" else a for d, a in zip(g["defense"], g["defense_test_accuracy"])]
+            ax.scatter(x, g["agreement_mean"], label=f"{label} ({dm})")
+            for xi, yi, d in zip(x, g["agreement_mean"], g["defense"]):
+                ax.annotate(d, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("defended test accuracy (utility for honest users)")
+        ax.set_ylabel(f"Track A agreement @{budget_label(int(m['checkpoint_B'].max()))} (lower: better protection)")
+        ax.set_title(f"{dataset} · {mode}: utility vs protection", fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths = {ext: out_dir / f"defenses_{slug(dataset)}_{slug(mode)}.{ext}" for ext in ("png", "svg")}
+        for ext, path in paths.items():
+            fig.savefig(path, dpi=120 if ext == "png" else None)
+        plt.close(fig)
+        files[(dataset, mode)] = paths
+    return files

@@ -19,7 +19,7 @@ from mebench.report.gains import (condition_roles, gain_blocks, gain_definitions
 from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, excluded_runs,
                                         leaderboard_blocks, leaderboard_latex, leaderboard_table)
 from mebench.report.load import NoResultsError, load_results, split_incomplete
-from mebench.report.plots import slug, write_curve_figures
+from mebench.report.plots import slug, write_curve_figures, write_defense_scatter
 from mebench.report.stats import N_BOOTSTRAP, definitions
 from mebench.serial import jsonable
 
@@ -119,5 +119,8 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     matrix = defense_matrix(frame)
     if not matrix.empty:
         _write_table(matrix, out, "defenses", files)
+        for (dataset, mode), fig_paths in write_defense_scatter(matrix, out).items():
+            for ext, p in fig_paths.items():
+                files[f"defenses_{slug(dataset)}_{slug(mode)}_{ext}"] = p
         _write_pages(defense_blocks(matrix), out, "defenses", "mebench defenses", files, html=False)
     return files
