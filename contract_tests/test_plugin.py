@@ -367,3 +367,15 @@ def test_grid_defense_axis(bench: pytest.Pytester) -> None:
     (cell,) = cells_by_id(bench.path / "d.json").values()
     assert cell["defense"] == "rounding" and cell["summary"]["defense"]["name"] == "rounding"
     assert cell["summary"]["queries_used"] == 300
+
+
+# the plugin is loaded by every pytest session in the environment: it must stay light
+def test_loading_the_plugin_imports_neither_torch_nor_hypothesis_settings() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, mebench.plugin; "
+            "print(sorted(m for m in ('torch', 'pandas', 'mebench.engine', 'hypothesis') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

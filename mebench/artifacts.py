@@ -16,13 +16,13 @@ import json
 import math
 import os
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import torch
 
 from mebench.metrics import METRIC_NAMES
+from mebench.naming import unused_stamp_dir
 from mebench.serial import jsonable
 from mebench.types import CheckpointResult
 
@@ -95,16 +95,6 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
     """``<output_dir>/<run_name>/<UTC timestamp>`` (a suffix keeps it unique), created."""
     path = unused_stamp_dir(Path(output_dir) / run_name)
     path.mkdir(parents=True)
-    return path
-
-
-def unused_stamp_dir(parent: Path) -> Path:
-    """``<parent>/<UTC timestamp>`` that does not exist yet (``-1``, ``-2`` ... when taken); not created."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path, i = parent / stamp, 1
-    while path.exists():
-        path = parent / f"{stamp}-{i}"
-        i += 1
     return path
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 
-from mebench.types import LABEL_RE
+from mebench.naming import LABEL_RE
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import pytest
 import yaml
 
-from mebench import artifacts
 from mebench.cells import CELL_ID_KEY, RECORD_KEY, read_json
 from mebench.grid import Cell, GridError, GridSet, load_grids
+from mebench.naming import unused_stamp_dir
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -101,12 +101,12 @@ class BenchOptions:
             runs = root / RUNS_DIR
             if cells_dir is None:
                 resumed_from = latest_cells_dir(runs) if resume else None
-                cells_dir = resumed_from or artifacts.unused_stamp_dir(runs) / "cells"
+                cells_dir = resumed_from or unused_stamp_dir(runs) / "cells"
             if json_path is None:
-                run_dir = cells_dir.parent if opt.mebench_cells is None else artifacts.unused_stamp_dir(runs)
+                run_dir = cells_dir.parent if opt.mebench_cells is None else unused_stamp_dir(runs)
                 json_path = run_dir / "report.json"
                 if json_path.exists():  # a resumed run keeps the earlier report
-                    json_path = run_dir / f"report-{artifacts.unused_stamp_dir(run_dir).name}.json"
+                    json_path = run_dir / f"report-{unused_stamp_dir(run_dir).name}.json"
         return cls(config_paths=configs, json_path=json_path, cells_dir=cells_dir,
                    report_dir=path(opt.mebench_report), gpus=None if gpus is None else tuple(gpus),
                    budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=resume,
@@ -338,6 +338,8 @@ class BenchSession:
         """Write the JSON report, the seed aggregate and (``--mebench-report``) the rendered report."""
         if self.is_worker or not self.records:
             return
+        from mebench import artifacts
+
         report = self.build_report()
         path = self.options.json_path
         assert path is not None, "only the controller writes the report"

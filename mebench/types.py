@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -10,8 +9,6 @@ import torch
 
 OutputMode = Literal["soft_prob", "hard_top1"]
 OUTPUT_MODES: tuple[str, ...] = ("soft_prob", "hard_top1")
-#: Attack labels and victim keys: letters, digits and '_' ('-' separates the parts of a cell id).
-LABEL_RE = re.compile(r"^[A-Za-z0-9_]+$")
 
 DATA_MODES: tuple[str, ...] = ("seed", "surrogate", "data_free")
 TRACKS: tuple[str, ...] = ("A", "B")

@@ -21,7 +21,8 @@ from mebench.errors import ConfigError, VictimLoadError
 from mebench.models.registry import MODELS
 from mebench.registry import unknown_name_message
 from mebench.training.loop import OPTIMIZER_NAMES
-from mebench.types import DATA_MODES, LABEL_RE, OUTPUT_MODES
+from mebench.naming import LABEL_RE
+from mebench.types import DATA_MODES, OUTPUT_MODES
 from mebench.victims.load import check_victim_checkpoint
 
 
