@@ -72,6 +72,7 @@ def test_transfer_is_never_charged_and_never_changes_the_run(make_cfg, tmp_path)
     rows = list(csv.DictReader((b.directory / "transfer.csv").open()))
     assert {(int(r["checkpoint_B"]), r["track"], r["method"]) for r in rows} == {
         (0, "victim", "fgsm"), (0, "victim", "pgd"),  # the white-box reference on the victim itself
+        (0, "independent", "fgsm"), (0, "independent", "pgd"),  # a model trained on the victim's own data
         (200, "A", "fgsm"), (200, "A", "pgd"), (500, "A", "fgsm"), (500, "A", "pgd")}
     whitebox = [r for r in rows if r["track"] == "victim"]
     assert all(r["success_rate"] == r["substitute_success_rate"] for r in whitebox)

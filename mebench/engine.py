@@ -11,6 +11,7 @@ kind of attack it runs; capabilities are read from the attack class.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class Prepared:
     evaluator: Evaluator
     surrogate_images: Optional[torch.Tensor] = None
     victim_train_images: Optional[torch.Tensor] = None
+    transfer_reference: Optional[torch.nn.Module] = None
     seconds: float = 0.0
 
 
@@ -103,8 +105,19 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
         prep.surrogate_images = load_split(cfg.dataset.surrogate_name, root, True, cfg.dataset.download, command)[0]
     elif cfg.dataset.data_mode == "seed":
         prep.victim_train_images = load_split(profile.name, root, True, cfg.dataset.download, command)[0]
+    if cfg.metrics.transfer:
+        prep.transfer_reference = independent_model(cfg, prep, *load_split(profile.name, root, True,
+                                                                          cfg.dataset.download, command))
     prep.seconds = time.perf_counter() - t0
     return prep
+
+
+def independent_model(cfg: RunConfig, prep: Prepared, x: torch.Tensor, y: torch.Tensor) -> torch.nn.Module:
+    """Transferability's second reference: the substitute's architecture trained on the victim's own
+    training split with its true labels, by Track A's recipe over the whole split (S(N) steps,
+    cross-entropy) — what an attacker holding the real data could do."""
+    spec = dataclasses.replace(TrackASpec.from_config(cfg, prep.num_classes), output_mode="hard_top1")
+    return TrackATrainer(spec, prep.device).train(x.float().div_(255.0), y)
 
 
 def build_pool(cfg: RunConfig, prep: Prepared, seed: int) -> Optional[Pool]:
@@ -137,7 +150,7 @@ class CheckpointScorer:
                                               settings_for(prep.profile, cfg.metrics.transfer_images),
                                               cfg.metrics.transfer, generator(seed, "transfer"))
             t0 = time.perf_counter()
-            self.transfer_rows += self.transfer.whitebox_rows(seed)
+            self.transfer_rows += self.transfer.reference_rows(seed, prep.transfer_reference)
             self.timings["transfer"] += time.perf_counter() - t0
 
     def score_transfer(self, model: torch.nn.Module, budget: int, track: str) -> None:

@@ -8,15 +8,16 @@ correctly, and scored on the victim:
 - ``success_rate``: the share of those images the victim misclassifies (transfer success);
 - ``substitute_success_rate``: the share the substitute itself misclassifies (white-box).
 
-One reference row per method places the numbers: the attack crafted on the victim itself
-(track ``victim``, ``checkpoint_B`` 0), the white-box upper bound.
+Two reference rows per method place the numbers (``checkpoint_B`` 0): the attack crafted on
+the victim itself (track ``victim``, the white-box upper bound) and on a model of the
+substitute's architecture trained on the victim's own training data with its true labels
+(track ``independent``, ``mebench.engine.independent_model``).
 
 ε, the PGD steps and step size come from the dataset profile (``transfer_eps``,
 ``pgd_steps``, ``pgd_alpha``) and are written with every row. The victim is reached through
 this evaluation path, never through the oracle: nothing here is charged to the budget and the
 attack never sees it. Rows go to ``transfer.csv`` (long format), so ``metrics.csv`` keeps
-exactly the contract's columns. Carlini–Wagner L2 and the independently-trained reference
-model are not implemented yet.
+exactly the contract's columns. Carlini–Wagner L2 is not implemented yet.
 """
 
 from __future__ import annotations
@@ -96,9 +97,12 @@ class TransferEvaluator:
         self.x, self.y = self.x.to(victim.device), self.y.to(victim.device)
         self.generator = seed_generator
 
-    def whitebox_rows(self, seed: int) -> list[dict[str, Any]]:
-        """The upper reference: the same attacks crafted on the victim itself (track ``victim``, B = 0)."""
-        return self.rows(self.victim.model, seed, 0, "victim")
+    def reference_rows(self, seed: int, independent: Optional[nn.Module] = None) -> list[dict[str, Any]]:
+        """The two references (``checkpoint_B`` 0): the attacks crafted on the victim itself (track
+        ``victim``, the white-box upper bound) and on ``independent``, a model of the substitute's
+        architecture trained on the victim's own training data (track ``independent``)."""
+        rows = self.rows(self.victim.model, seed, 0, "victim")
+        return rows + (self.rows(independent, seed, 0, "independent") if independent is not None else [])
 
     def rows(self, model: nn.Module, seed: int, budget: int, track: str) -> list[dict[str, Any]]:
         """One row per method for one checkpoint substitute."""
