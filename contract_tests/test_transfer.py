@@ -49,14 +49,17 @@ def test_pgd_stays_in_the_eps_ball_and_the_pixel_range(eps, steps, alpha, seed):
     assert float(adv.min()) >= 0.0 and float(adv.max()) <= 1.0
 
 
-def test_only_images_the_victim_gets_right_are_used():
-    victim = FrozenVictim(_model(), "cpu")
-    x = (torch.rand((300, *SHAPE)) * 255).round().to(torch.uint8)
-    y = torch.randint(0, 4, (300,))
-    images, labels = correct_subset(victim, x, y, 50, torch.Generator().manual_seed(0))
-    assert images.shape[0] == labels.shape[0] <= 50 and images.dtype == torch.float32
-    assert torch.equal(victim.logits(images).argmax(1), labels)
-    again, _ = correct_subset(victim, x, y, 50, torch.Generator().manual_seed(0))
+@given(n_test=st.integers(1, 300), n=st.integers(1, 80), seed=st.integers(0, 50))
+def test_only_images_the_victim_gets_right_are_used(n_test, n, seed):
+    victim = FrozenVictim(_model(seed % 3), "cpu")
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand((n_test, *SHAPE), generator=g) * 255).round().to(torch.uint8)
+    y = torch.randint(0, 4, (n_test,), generator=g)
+    correct = int((victim.logits(x.float() / 255).argmax(1) == y).sum())
+    images, labels = correct_subset(victim, x, y, n, torch.Generator().manual_seed(seed))
+    assert images.shape[0] == labels.shape[0] == min(n, correct) and images.dtype == torch.float32
+    assert torch.equal(victim.logits(images).argmax(1), labels)  # every image is one the victim gets right
+    again, _ = correct_subset(victim, x, y, n, torch.Generator().manual_seed(seed))
     assert torch.equal(images, again)  # seeded
 
 
