@@ -202,5 +202,8 @@ def test_defended_runs_are_another_victim(tmp_path):
     assert set(matrix["defense"]) == {"none", "rounding"} and set(matrix["base_victim"]) == {"mnist_lenet5"}
     low = matrix[(matrix["defense"] == "rounding") & (matrix["checkpoint_B"] == 1000)]
     assert low["agreement_mean"].iloc[0] == pytest.approx(0.3 + 0.01 + 0.001)
+    # the change against no defense, paired by seed: 0.3 - 0.5 for both seeds, so the interval is the point
+    assert low["drop_mean"].iloc[0] == pytest.approx(-0.2) and low["drop_n"].iloc[0] == 2
+    assert low["drop_ci_low"].iloc[0] == pytest.approx(-0.2) and low["drop_ci_high"].iloc[0] == pytest.approx(-0.2)
     assert "rounding (acc 0.970, |Δp| 0.020)" in files["defenses_md"].read_text().replace("\\|", "|")
     assert files["defenses_mnist_soft_prob_png"].is_file()  # the utility-vs-protection scatter

@@ -116,7 +116,7 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     _write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
                  files, html=False)
     _write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
-    matrix = defense_matrix(frame)
+    matrix = defense_matrix(frame, n_bootstrap=n_bootstrap)
     if not matrix.empty:
         _write_table(matrix, out, "defenses", files)
         for (dataset, mode), fig_paths in write_defense_scatter(matrix, out).items():
