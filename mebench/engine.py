@@ -23,16 +23,15 @@ from tqdm.auto import tqdm
 from mebench import artifacts
 from mebench.attacks import ATTACKS, AttackContext
 from mebench.config import RunConfig
-from mebench.validation import attack_params, defense_params, seed_pool_size, validate
 from mebench.data.augment import grow_pool
 from mebench.data.cache import QueryStore
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.pools import Pool
 from mebench.data.profiles import DatasetProfile, get_profile
-from mebench.metrics import Evaluator
-from mebench.models.registry import build_model
 from mebench.defenses import DEFENSES, build_answers, make_defense
 from mebench.defenses.utility import utility_cost
+from mebench.metrics import Evaluator
+from mebench.models.registry import build_model
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.runinfo import git_commit, library_versions, machine_info
@@ -41,6 +40,7 @@ from mebench.state import EngineState
 from mebench.training.track_a import TrackASpec, TrackATrainer
 from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
 from mebench.types import CheckpointResult
+from mebench.validation import attack_params, defense_params, seed_pool_size, validate
 from mebench.victims.load import load_victim_module
 from mebench.victims.wrapper import FrozenVictim
 
@@ -103,11 +103,12 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
     prep = Prepared(profile, num_classes, device, victim, answers, meta, evaluator)
     if cfg.dataset.data_mode == "surrogate":
         prep.surrogate_images = load_split(cfg.dataset.surrogate_name, root, True, cfg.dataset.download, command)[0]
-    elif cfg.dataset.data_mode == "seed":
-        prep.victim_train_images = load_split(profile.name, root, True, cfg.dataset.download, command)[0]
-    if cfg.metrics.transfer:
-        prep.transfer_reference = independent_model(cfg, prep, *load_split(profile.name, root, True,
-                                                                          cfg.dataset.download, command))
+    if cfg.dataset.data_mode == "seed" or cfg.metrics.transfer:  # the victim's train split, read once
+        train_x, train_y = load_split(profile.name, root, True, cfg.dataset.download, command)
+        if cfg.dataset.data_mode == "seed":
+            prep.victim_train_images = train_x
+        if cfg.metrics.transfer:
+            prep.transfer_reference = independent_model(cfg, prep, train_x, train_y)
     prep.seconds = time.perf_counter() - t0
     return prep
 
