@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mebench.inference import chunked
 
 
 class FrozenVictim:
@@ -36,8 +35,3 @@ class FrozenVictim:
     @torch.no_grad()
     def probs(self, x: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.logits(x), dim=1)
-
-    def probs_chunked(self, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
-        """Probabilities for a large set (the test split), uint8 or float input."""
-        return chunked(self.probs, x, self.device, batch_size)
-
