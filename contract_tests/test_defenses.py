@@ -13,16 +13,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mebench import engine
-from mebench.defenses import DEFENSES, build_answers, make_defense
+from mebench.defenses import DEFENSES, Defense, DefenseContext, build_answers, make_defense
+from mebench.defenses.mad import Mad, angular_objective
+from mebench.defenses.misinformation import AdaptiveMisinformation
 from mebench.errors import BudgetExhausted, ConfigError
 from mebench.models.registry import build_model
 from mebench.oracle import Oracle
+from mebench.testing import _images
 from mebench.validation import defense_params, validate
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)
 PARAMS = {"temperature": {"temperature": 3.0}, "topk": {"k": 2}, "rounding": {"decimals": 1},
-          "gaussian_noise": {"sigma": 0.2}, "reverse_sigmoid": {"beta": 0.7, "gamma": 0.4}}
+          "gaussian_noise": {"sigma": 0.2}, "reverse_sigmoid": {"beta": 0.7, "gamma": 0.4},
+          "mad": {"epsilon": 0.8}, "adaptive_misinformation": {"tau": 0.8, "epochs": 8.0, "lr": 0.1},
+          "prada": {"min_distances": 10}}
+_FITTED: dict = {}
 
 
 def _victim() -> FrozenVictim:
@@ -30,14 +36,31 @@ def _victim() -> FrozenVictim:
     return FrozenVictim(build_model("tiny_mlp", 1, 4, (8, 8), (0.5,), (0.25,)), "cpu")
 
 
-def _oracle(name: str, mode: str, budget: int) -> Oracle:
+def _context() -> DefenseContext:
+    return DefenseContext(victim=_victim(), num_classes=4, input_shape=SHAPE, device=torch.device("cpu"),
+                          train_split=lambda: _images("SYNTH", True),
+                          make_model=lambda arch=None: build_model(arch or "tiny_mlp", 1, 4, (8, 8), (0.5,), (0.25,)))
+
+
+def _defense(name: str, **params) -> Defense:
     cls = DEFENSES.get(name)
-    defense = make_defense(name, cls.Params(**PARAMS.get(name, {})), torch.Generator().manual_seed(0))
-    return Oracle(build_answers(_victim(), 1.0, defense), mode, budget, SHAPE)
+    p = cls.Params(**{**PARAMS.get(name, {}), **params})
+    state = None
+    if cls.fits:  # fitted once per parameter set, as the engine does
+        key = (name, repr(p))
+        if key not in _FITTED:
+            _FITTED[key] = cls.fit(p, _context())
+        state = _FITTED[key]
+    return make_defense(name, p, torch.Generator().manual_seed(0), state)
+
+
+def _oracle(name: str, mode: str, budget: int, **params) -> Oracle:
+    return Oracle(build_answers(_victim(), 1.0, _defense(name, **params)), mode, budget, SHAPE)
 
 
 def test_every_defense_is_listed_with_its_paper():
-    assert {"none", "temperature", "top1", "topk", "rounding", "gaussian_noise", "reverse_sigmoid"} <= set(DEFENSES)
+    assert {"none", "temperature", "top1", "topk", "rounding", "gaussian_noise", "reverse_sigmoid", "mad",
+            "adaptive_misinformation", "prada"} <= set(DEFENSES)
     assert all(DEFENSES.get(n).paper for n in DEFENSES)
 
 
@@ -125,6 +148,11 @@ def test_track_a_trains_on_what_the_defended_oracle_returned(make_cfg, tmp_path,
     ({"name": "reverse_sigmoid", "params": {"gamma": 0}}, "defense.params.gamma", "> 0"),
     ({"name": "rounding", "params": {"digits": 2}}, "defense.params.digits", "unknown key"),
     ({"name": "gaussian_noise", "params": {"sigma": -1}}, "defense.params.sigma", ">= 0"),
+    ({"name": "mad", "params": {"epsilon": -0.1}}, "defense.params.epsilon", ">= 0"),
+    ({"name": "mad", "params": {"ydist": "linf"}}, "defense.params.ydist", "one of"),
+    ({"name": "adaptive_misinformation", "params": {"tau": 1.5}}, "defense.params.tau", "in \\[0, 1\\]"),
+    ({"name": "adaptive_misinformation", "params": {"nu": 0}}, "defense.params.nu", "> 0"),
+    ({"name": "adaptive_misinformation", "params": {"epochs": 0}}, "defense.params.epochs", "> 0"),
 ])
 def test_bad_defense_settings_fail_before_any_work(make_cfg, defense, key, words):
     # contract 15.2: one ConfigError naming the key, the value and the rule
@@ -139,6 +167,70 @@ def test_a_probability_defense_on_hard_labels_is_refused(make_cfg):
     with pytest.raises(ConfigError, match="hard_top1 answer does not carry") as e:
         validate(cfg, check_files=False)
     assert e.value.key == "defense.name"
-    validate(make_cfg(victim={"output_mode": "hard_top1"}, attack={"output_mode": "hard_top1"},
-                      defense={"name": "top1"}), check_files=False)  # a label defense is fine
+    for name in ("adaptive_misinformation", "prada", "mad"):  # they can change or watch labels
+        validate(make_cfg(victim={"output_mode": "hard_top1"}, attack={"output_mode": "hard_top1"},
+                          defense={"name": name}), check_files=False)
+    for name, words in (("top1", "label alone"), ("mad", "MAD-argmax keeps every top-1 label")):
+        with pytest.raises(ConfigError, match=words):  # a hard_top1 cell would repeat the undefended one
+            validate(make_cfg(victim={"output_mode": "hard_top1"}, attack={"output_mode": "hard_top1"},
+                              defense={"name": name, "params": {"argmax": True} if name == "mad" else {}}),
+                     check_files=False)
     assert defense_params(make_cfg(defense={"name": "topk", "params": {"k": 3}})).k == 3
+
+
+@given(st.integers(2, 12), st.floats(0.0, 2.5), st.sampled_from(["l1", "l2"]), st.booleans(), st.integers(0, 2**31 - 1))
+def test_mad_stays_in_the_epsilon_ball_and_mad_argmax_keeps_the_label(k, eps, ydist, argmax, seed):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.softmax(4 * torch.randn(16, k, generator=g, dtype=torch.float64), 1)
+    surrogate = torch.nn.Linear(6, k).double()
+    mad = Mad(Mad.Params(epsilon=eps, ydist=ydist, argmax=argmax), g, surrogate)
+    out = mad.apply(y, torch.randn(16, 6, generator=g, dtype=torch.float64))
+    dist = (out - y).abs().sum(1) if ydist == "l1" else (out - y).norm(dim=1)
+    assert bool((dist <= eps + 1e-6).all()) and bool((out >= 0).all()) and torch.allclose(out.sum(1), torch.ones(16, dtype=out.dtype))
+    if argmax:
+        assert torch.equal(out.argmax(1), y.argmax(1))
+
+
+def test_mad_objective_is_the_last_layer_jacobian_objective():
+    # G = d(-log F_k)/dW of the last linear layer, computed by autograd, gives the same angular
+    # objective as the closed form MAD uses (p - target, with the layer input h cancelled)
+    torch.manual_seed(0)
+    body, head = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh()).double(), torch.nn.Linear(7, 4).double()
+    x = torch.randn(1, 5, dtype=torch.float64)
+    y = torch.softmax(3 * torch.randn(1, 4, dtype=torch.float64), 1)
+    targets = torch.softmax(2 * torch.randn(1, 6, 4, dtype=torch.float64), 2)
+    nll = -torch.log_softmax(head(body(x)), dim=1)[0]
+    G = torch.stack([torch.autograd.grad(nll[k], head.weight, retain_graph=True)[0].flatten() for k in range(4)])
+    unit = lambda v: v / v.norm()  # noqa: E731
+    expected = torch.stack([(unit(G.T @ t) - unit(G.T @ y[0])).pow(2).sum() for t in targets[0]])
+    p = torch.softmax(head(body(x)), 1).detach()
+    assert torch.allclose(angular_objective(p, y, targets)[0], expected, atol=1e-9)
+
+
+def test_mad_picks_the_best_vertex():
+    g = torch.Generator().manual_seed(1)
+    y = torch.softmax(3 * torch.randn(32, 5, generator=g, dtype=torch.float64), 1)
+    surrogate = torch.nn.Linear(3, 5).double()
+    x = torch.randn(32, 3, generator=g, dtype=torch.float64)
+    out = Mad(Mad.Params(epsilon=10.0), g, surrogate).apply(y, x)  # epsilon large: the answer is y* itself
+    p = torch.softmax(surrogate(x), 1).detach()
+    vertices = torch.eye(5, dtype=torch.float64)[None].expand(32, -1, -1)
+    best = angular_objective(p, y, vertices).argmax(1)
+    assert torch.allclose(out, torch.nn.functional.one_hot(best, 5).double())
+
+
+def test_adaptive_misinformation_answers_in_distribution_and_misinforms_out_of_it():
+    am = _defense("adaptive_misinformation")
+    x, labels = _images("SYNTH", False)
+    x = x.float().div(255)
+    victim = _victim()
+    y = torch.softmax(victim.logits(x), 1)
+    out = am.apply(y, x)
+    mis = torch.softmax(am.state(x), 1)
+    # the misinformation model learned to avoid the true class
+    assert mis.gather(1, labels[:, None]).mean() < 0.5 / 4
+    confident = y.max(1).values > 0.8 + 0.01
+    assert torch.allclose(out[confident], y[confident], atol=1e-3)
+    unsure = y.max(1).values < 0.8 - 0.01
+    assert torch.allclose(out[unsure], mis[unsure], atol=1e-3)
+    assert isinstance(am, AdaptiveMisinformation) and bool(((am.alpha(y) >= 0) & (am.alpha(y) <= 1)).all())

@@ -106,10 +106,17 @@ class AttackSection:
 @dataclass(frozen=True)
 class MetricsSection:
     """Optional measurements beyond §1.3: ``transfer`` lists the transferability methods
-    (``fgsm``, ``pgd``; ``mebench.transfer``) run on every checkpoint substitute."""
+    (``fgsm``, ``pgd``; ``mebench.transfer``) run on every checkpoint substitute.
+
+    ``benign_streams`` and ``benign_dataset`` set the benign clients a detector defense
+    (``prada``) is scored on: that many seeded random orders of the victim's test split and,
+    when ``benign_dataset`` names one of the victim dataset's surrogates, of its test split too
+    (``mebench.defenses.detection``)."""
 
     transfer: tuple[str, ...] = ()
     transfer_images: int = 1000
+    benign_streams: int = 4
+    benign_dataset: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,7 @@ class DefenseSection:
 
     name: str = "none"
     params: dict = field(default_factory=dict)
+    label: Optional[str] = None  # names a parametrised defense in reports (e.g. mad_argmax); default the name
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,14 @@ from mebench.data.cache import QueryStore
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.pools import Pool
 from mebench.data.profiles import DatasetProfile, get_profile
-from mebench.defenses import DEFENSES, build_answers, make_defense
+from mebench.defenses import DEFENSES, Defense, DefenseContext, build_answers, make_defense
+from mebench.defenses.detection import Detector, benign_streams, feed
 from mebench.defenses.utility import utility_cost
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.progress import Say, Ticker, interval_of, prefixed
+from mebench.serial import config_hash
 from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator, seed_everything
 from mebench.state import EngineState
@@ -66,6 +68,16 @@ class Prepared:
     victim_train_images: Optional[torch.Tensor] = None
     transfer_reference: Optional[torch.nn.Module] = None
     seconds: float = 0.0
+    data_root: Optional[Path] = None
+    download: bool = False
+    splits: dict[tuple[str, bool], Any] = field(default_factory=dict)
+    defense_states: dict[str, Any] = field(default_factory=dict)
+
+    def split(self, name: str, train: bool, command: str = "run") -> tuple[torch.Tensor, torch.Tensor]:
+        """Images (uint8) and labels of one split of dataset ``name``, read once and kept."""
+        if (name, train) not in self.splits:
+            self.splits[(name, train)] = load_split(name, self.data_root, train, self.download, command)
+        return self.splits[(name, train)]
 
 
 @dataclass
@@ -100,11 +112,12 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
     evaluator = Evaluator(test_x, test_y, answers.reference_probs(test_x), cfg.attack.output_mode == "soft_prob", device)
     meta["test_accuracy_measured"] = evaluator.victim_accuracy()
     meta["answer_transforms"] = answers.describe()
-    prep = Prepared(profile, num_classes, device, victim, answers, meta, evaluator)
+    prep = Prepared(profile, num_classes, device, victim, answers, meta, evaluator, data_root=root,
+                    download=cfg.dataset.download)
     if cfg.dataset.data_mode == "surrogate":
-        prep.surrogate_images = load_split(cfg.dataset.surrogate_name, root, True, cfg.dataset.download, command)[0]
+        prep.surrogate_images = prep.split(cfg.dataset.surrogate_name, True, command)[0]
     if cfg.dataset.data_mode == "seed" or cfg.metrics.transfer:  # the victim's train split, read once
-        train_x, train_y = load_split(profile.name, root, True, cfg.dataset.download, command)
+        train_x, train_y = prep.split(profile.name, True, command)
         if cfg.dataset.data_mode == "seed":
             prep.victim_train_images = train_x
         if cfg.metrics.transfer:
@@ -206,10 +219,58 @@ def make_oracle(cfg: RunConfig, prep: Prepared, seed: Optional[int] = None) -> O
     """A fresh oracle with the full budget of ``cfg`` over the shared frozen victim, behind the
     run's defense (its randomness seeded from ``seed``, by default the config's first seed)."""
     seed = cfg.run.seeds[0] if seed is None else seed
-    defense = make_defense(cfg.defense.name, defense_params(cfg), generator(seed, "defense"))
-    answers = build_answers(prep.victim, cfg.victim.temperature, defense)
+    answers = build_answers(prep.victim, cfg.victim.temperature, defense_for(cfg, prep, seed, "defense"))
     return Oracle(answers, cfg.attack.output_mode, cfg.budget.max_budget,
                   (cfg.victim.channels, *cfg.victim.input_size))
+
+
+def defense_for(cfg: RunConfig, prep: Prepared, seed: int, purpose: str) -> Defense:
+    """A fresh instance of the run's defense, its randomness seeded from ``(seed, purpose)``.
+
+    A defense with its own models (``Defense.fit``: a surrogate, a misinformation model) fits
+    them once per victim and parameter set, from a fixed defender seed, and every seed and
+    attack meets the same fitted defense, as they meet the same victim.
+    """
+    cls, params = DEFENSES.get(cfg.defense.name), defense_params(cfg)
+    state = None
+    if cls.fits:
+        key = f"{cfg.defense.name}:{config_hash(cfg.defense.params)}:T{cfg.victim.temperature}"
+        if key not in prep.defense_states:
+            prep.defense_states[key] = cls.fit(params, defense_context(cfg, prep))
+        state = prep.defense_states[key]
+    return make_defense(cfg.defense.name, params, generator(seed, purpose), state)
+
+
+def defense_context(cfg: RunConfig, prep: Prepared) -> DefenseContext:
+    """What a defender has to fit its models: the victim, its training split, its architecture."""
+    v = cfg.victim
+
+    def train_split() -> tuple[torch.Tensor, torch.Tensor]:
+        return prep.split(prep.profile.name, True)
+
+    def make_model(arch: Optional[str] = None) -> torch.nn.Module:
+        return build_model(arch or prep.victim_meta.get("arch") or cfg.substitute.arch, v.channels, prep.num_classes,
+                           tuple(v.input_size), v.normalization.mean, v.normalization.std).to(prep.device)
+
+    return DefenseContext(victim=prep.victim, num_classes=prep.num_classes, input_shape=(v.channels, *v.input_size),
+                          device=prep.device, train_split=train_split, make_model=make_model,
+                          temperature=v.temperature)
+
+
+def detection_record(cfg: RunConfig, prep: Prepared, seed: int, detector: Detector) -> dict[str, Any]:
+    """The detector's record of the attack's stream and of the benign streams (``mebench.defenses.detection``):
+    ``metrics.benign_streams`` seeded orders of the victim's test split and of ``metrics.benign_dataset``'s."""
+    checkpoints = tuple(cfg.budget.checkpoints)
+    sources = [(f"{prep.profile.name}-test", prep.split(prep.profile.name, False)[0])]
+    if cfg.metrics.benign_dataset:
+        sources.append((f"{cfg.metrics.benign_dataset}-test", prep.split(cfg.metrics.benign_dataset, False)[0]))
+    benign = []
+    for source, k, images in benign_streams(sources, cfg.budget.max_budget, cfg.metrics.benign_streams, seed):
+        fresh = defense_for(cfg, prep, seed, f"defense_benign:{source}:{k}")
+        answers = build_answers(prep.victim, cfg.victim.temperature, fresh)
+        feed(fresh, images, lambda xb: answers.probs(xb), checkpoints, prep.device)
+        benign.append({"source": source, "stream": k, **fresh.record()})
+    return {"params": dataclasses.asdict(detector.params), "attack": detector.record(), "benign": benign}
 
 
 def make_store(cfg: RunConfig, prep: Prepared, cache_dir: Optional[Path]) -> QueryStore:
@@ -281,14 +342,17 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     rows: list[dict[str, Any]] = []
     scorer = CheckpointScorer(cfg, prep, seed, progress, trainer, say)
     oracle = make_oracle(cfg, prep, seed) if oracle is None else oracle
+    detectors = [t for t in oracle.answers.transforms if isinstance(t, Detector)]
     summary = _summary_head(cfg, seed, prep)
     if cfg.defense.name != "none":  # a fresh instance, so the measurement draws none of the oracle's randomness
-        own = make_defense(cfg.defense.name, defense_params(cfg), generator(seed, "defense_utility"))
+        own = defense_for(cfg, prep, seed, "defense_utility")
         summary["defense"]["utility"] = utility_cost(build_answers(prep.victim, cfg.victim.temperature, own),
                                                      prep.answers, prep.evaluator)
     timings = {"prepare_shared": prep.seconds}
 
     def on_checkpoint(budget: int) -> None:
+        for d in detectors:
+            d.mark([budget])
         for res in (scorer.track_b(attack, state, budget), scorer.track_a(state, budget)):
             if res is not None:
                 rows.append(artifacts.metrics_row(res, _ident(cfg)))
@@ -315,6 +379,10 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
 
             timings["collect"] = collect(attack, oracle, state, on_checkpoint, advance)
         ticker.close("scoring at the checkpoints included")
+        if detectors:
+            t0 = time.perf_counter()
+            summary["defense"]["detection"] = detection_record(cfg, prep, seed, detectors[0])
+            timings["detection_benign"] = time.perf_counter() - t0
         summary["status"] = "complete"
     except BaseException as e:
         summary["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"

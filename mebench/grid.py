@@ -324,9 +324,15 @@ def _defense_suits(grid: Grid, defense: dict, output_mode: str) -> bool:
     name = defense.get("name")
     if name not in DEFENSES:
         raise ConfigError("defenses.name", name, unknown_name_message("defense", str(name), DEFENSES.names()))
-    if output_mode in DEFENSES.get(name).output_modes:
+    cls = DEFENSES.get(name)
+    try:
+        modes = cls.modes(cls.Params(**(defense.get("params") or {})))
+    except TypeError:  # a bad key: the cell's validation names it
+        modes = cls.output_modes
+    if output_mode in modes:
         return True
-    note = f"left out defense {name} x {output_mode}: it works with {sorted(DEFENSES.get(name).output_modes)}"
+    shown = defense.get("label") or name
+    note = f"left out defense {shown} x {output_mode}: it works with {sorted(modes)}"
     if note not in grid.notes:
         grid.notes.append(note)
     return False
@@ -359,6 +365,8 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
     cell_id = f"{prefix}-{label}{shown}-{data_mode}-{output_mode}-s{seed}"
     raw = _run_config_dict(grid.spec, victim, cell_id, attack, label, params, data_mode, output_mode, seed, budgets)
     raw["defense"] = {"name": defense["name"], "params": dict(defense.get("params") or {})}
+    if defense.get("label"):
+        raw["defense"]["label"] = str(defense["label"])
     ref = raw["victim"].get("checkpoint_ref")
     if isinstance(ref, str) and ref and not Path(ref).is_absolute():
         raw["victim"]["checkpoint_ref"] = ref = str(rootdir / ref)  # benchmark paths are relative to the rootdir

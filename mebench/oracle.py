@@ -10,6 +10,9 @@ An answer goes victim -> answer transforms -> output mode:
 3. :class:`Oracle` returns the probabilities (``soft_prob``) or their top-1
    label (``hard_top1``).
 
+Detectors (``mebench.defenses.detection``) see every answered batch through
+``AnswerPipeline.observe`` and change nothing.
+
 ``Oracle.query(x)`` checks the batch and charges the budget one query per
 image, whatever the transforms do. A batch that would overdraw the budget
 raises ``BudgetExhausted`` and nothing is answered or counted; a malformed
@@ -48,6 +51,10 @@ class AnswerTransform:
         """Transform one batch of scores; ``x`` is the queried batch (pixels in [0, 1])."""
         raise NotImplementedError
 
+    def observe(self, x: torch.Tensor, probs: torch.Tensor) -> None:
+        """See one answered batch of the oracle's stream (``x`` and the answers returned); a no-op
+        except for detectors (``mebench.defenses.detection``), which score the stream."""
+
     def describe(self) -> dict:
         """What the run's summary records about this step."""
         return {"name": self.name, "space": self.space}
@@ -79,6 +86,11 @@ class AnswerPipeline:
     def reference_probs(self, x: torch.Tensor, batch_size: int = 2048) -> torch.Tensor:
         """The victim's answers the metrics compare with (test split; not charged to any budget)."""
         return chunked(lambda xb: self.probs(xb, reference_only=True), x, self.victim.device, batch_size)
+
+    def observe(self, x: torch.Tensor, probs: torch.Tensor) -> None:
+        """Show every transform one answered batch of the oracle's stream, in order."""
+        for t in self.transforms:
+            t.observe(x, probs)
 
     def describe(self) -> list[dict]:
         return [t.describe() for t in self.transforms]
@@ -137,6 +149,7 @@ class Oracle:
                 f"query of {n} images would overdraw the budget ({self.budget_left} of {self.budget} left)")
         probs = self.answers.probs(x)
         self.queries_used += n
+        self.answers.observe(x, probs)
         if self.output_mode == "soft_prob":
             return OracleOutput("soft_prob", probs)
         return OracleOutput("hard_top1", probs.argmax(dim=1))

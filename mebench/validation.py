@@ -308,11 +308,13 @@ def _check_defense(cfg: RunConfig) -> None:
         raise ConfigError("defense.name", d.name, unknown_name_message("defense", d.name, DEFENSES.names()))
     cls = DEFENSES.get(d.name)
     if cfg.attack.output_mode not in cls.output_modes:
-        raise ConfigError("defense.name", d.name, f"defense '{d.name}' changes probabilities, which a "
-                          f"{cfg.attack.output_mode} answer does not carry; it works with {sorted(cls.output_modes)}")
+        why = cls.modes_reason.format(mode=cfg.attack.output_mode)
+        raise ConfigError("defense.name", d.name, f"defense '{d.name}' {why}; it works with {sorted(cls.output_modes)}")
     if d.name == "temperature" and cfg.victim.temperature != 1.0:
         raise ConfigError("defense.name", d.name, "the victim already has a temperature (victim.temperature, "
                           "oracle_profile: tempered): set one of the two")
+    if d.label is not None and not LABEL_RE.match(d.label):
+        raise ConfigError("defense.label", d.label, "use letters, digits and '_' (it names the defense in reports)")
     cls.check_params(defense_params(cfg), cfg.attack.output_mode)
 
 
@@ -325,3 +327,10 @@ def _check_metrics(cfg: RunConfig) -> None:
         raise ConfigError("metrics.transfer", list(m.transfer), f"distinct methods among {', '.join(METHODS)}")
     if m.transfer_images <= 0:
         raise ConfigError("metrics.transfer_images", m.transfer_images, "must be a positive number of test images")
+    if m.benign_streams <= 0:
+        raise ConfigError("metrics.benign_streams", m.benign_streams, "must be a positive number of streams per source")
+    if m.benign_dataset is not None:
+        surrogates = PROFILES.get(cfg.dataset.name).surrogates if cfg.dataset.name in PROFILES else ()
+        if m.benign_dataset not in surrogates:
+            raise ConfigError("metrics.benign_dataset", m.benign_dataset,
+                              f"a benign client's dataset has the victim's input shape: one of {list(surrogates)}")

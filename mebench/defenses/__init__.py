@@ -7,17 +7,22 @@ from typing import Any
 import torch
 
 from mebench.defenses import output as _output  # noqa: F401  (registers the built-in defenses)
-from mebench.defenses.base import DEFENSES, Defense, register_defense
+from mebench.defenses import mad as _mad  # noqa: F401
+from mebench.defenses import misinformation as _misinformation  # noqa: F401
+from mebench.defenses import prada as _prada  # noqa: F401
+from mebench.defenses.base import DEFENDER_SEED, DEFENSES, Defense, DefenseContext, register_defense
 from mebench.defenses.output import Temperature
 from mebench.oracle import AnswerPipeline
 from mebench.victims.wrapper import FrozenVictim
 
-__all__ = ["DEFENSES", "Defense", "register_defense", "build_answers", "make_defense"]
+__all__ = ["DEFENDER_SEED", "DEFENSES", "Defense", "DefenseContext", "register_defense", "build_answers",
+           "make_defense"]
 
 
-def make_defense(name: str, params: Any, generator: torch.Generator) -> Defense:
-    """The defense ``name`` with its parsed ``Params`` (a dataclass instance)."""
-    return DEFENSES.get(name)(params, generator)
+def make_defense(name: str, params: Any, generator: torch.Generator, state: Any = None) -> Defense:
+    """The defense ``name`` with its parsed ``Params`` (a dataclass instance) and, for a defense
+    that fits models, its fitted ``state`` (``Defense.fit``)."""
+    return DEFENSES.get(name)(params, generator, state)
 
 
 def build_answers(victim: FrozenVictim, temperature: float = 1.0, defense: Defense | None = None) -> AnswerPipeline:

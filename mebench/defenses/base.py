@@ -11,7 +11,7 @@ key), and ``check_params`` refuses values and output modes that make no sense.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 
@@ -20,20 +20,57 @@ from mebench.registry import Registry
 from mebench.types import OUTPUT_MODES
 
 
+@dataclass(frozen=True)
+class DefenseContext:
+    """What a defender holds to fit its own models (``Defense.fit``): the victim, its training split
+    (uint8 images, labels; read on first call), and a factory for a fresh model of the victim's
+    architecture (or another registered one), normalization included."""
+
+    victim: Any  # mebench.victims.wrapper.FrozenVictim
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    device: torch.device
+    train_split: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+    make_model: Callable[..., torch.nn.Module]
+    temperature: float = 1.0
+
+
 class Defense(AnswerTransform):
-    """Base class: set ``name``, ``paper``, ``space``, ``Params``; implement ``apply``."""
+    """Base class: set ``name``, ``paper``, ``space``, ``Params``; implement ``apply``.
+
+    A defense with models of its own sets ``fits = True`` and implements the classmethod
+    ``fit(params, ctx)``; the engine calls it once per victim and parameters, from the fixed
+    ``DEFENDER_SEED``, and hands the result to every instance as ``state``.
+    """
 
     paper: ClassVar[str] = ""
     #: Output modes the defense makes sense with (a probability perturbation is lost on a top-1 label).
     output_modes: ClassVar[frozenset[str]] = frozenset(OUTPUT_MODES)
+    #: Why the other output modes are refused (the config error's rule).
+    modes_reason: ClassVar[str] = "changes probabilities, which a {mode} answer does not carry"
+    fits: ClassVar[bool] = False
+    detector: ClassVar[bool] = False
 
     @dataclass(frozen=True)
     class Params:
         pass
 
-    def __init__(self, params: Any, generator: torch.Generator) -> None:
+    def __init__(self, params: Any, generator: torch.Generator, state: Any = None) -> None:
+        if self.fits and state is None:
+            raise ValueError(f"defense '{self.name}' needs its fitted state (Defense.fit) to answer")
         self.params = params
         self.generator = generator
+        self.state = state
+
+    @classmethod
+    def fit(cls, params: Any, ctx: DefenseContext) -> Any:
+        """The defender's own models for ``params`` (only when ``fits``); deterministic given ``ctx``."""
+        raise NotImplementedError
+
+    @classmethod
+    def modes(cls, params: Any) -> frozenset[str]:
+        """The output modes the defense makes sense with under ``params`` (default ``output_modes``)."""
+        return cls.output_modes
 
     @classmethod
     def check_params(cls, params: Any, output_mode: str) -> None:
@@ -42,6 +79,9 @@ class Defense(AnswerTransform):
     def describe(self) -> dict:
         return {**super().describe(), "paper": self.paper, "params": asdict(self.params)}
 
+
+DEFENDER_SEED = 20191
+"""The seed of every model a defense fits: fixed, so every run seed and attack meets the same defense."""
 
 DEFENSES: Registry[type[Defense]] = Registry("defense", "mebench.defenses")
 

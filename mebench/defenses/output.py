@@ -63,6 +63,8 @@ class Temperature(Defense):
 @register_defense
 class Top1(Defense):
     name, space, paper = "top1", "probs", "Tramèr et al., USENIX Security 2016, section 8"
+    output_modes = frozenset({"soft_prob"})
+    modes_reason = "answers the label alone, which a {mode} oracle already does (the cell would repeat 'none')"
 
     def apply(self, scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.one_hot(scores.argmax(dim=1), scores.shape[1]).to(scores.dtype)

@@ -81,16 +81,62 @@ def load_results(path: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     empty report.
     """
     paths = [Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path]
-    records: list[RunRecord] = []
-    for p in paths:
-        if not p.exists():
-            raise NoResultsError(f"{p}: no such file or folder")
-        records += load_json_report(p) if p.is_file() else load_runs_folder(p)
-    frame = records_to_frame(unique_records(records))
+    return results_frame(load_records(paths), paths)
+
+
+def results_frame(records: Sequence[RunRecord], paths: Sequence[Path]) -> pd.DataFrame:
+    """:func:`load_results` on records already read from ``paths``."""
+    frame = records_to_frame(records)
     if frame.empty:
         raise NoResultsError(f"{', '.join(map(str, paths))}: no metrics rows found (expected metrics.csv "
                              "files under runs/<run>/<timestamp>/seed_<s>/ or a JSON report)")
     return defended_victims(separate_victims(frame))
+
+
+def load_records(paths: Sequence[Path]) -> list[RunRecord]:
+    """The seed-runs under ``paths`` (folders and/or pytest JSON reports), each once."""
+    records: list[RunRecord] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise NoResultsError(f"{p}: no such file or folder")
+        records += load_json_report(p) if p.is_file() else load_runs_folder(p)
+    return unique_records(records)
+
+
+DETECTION_COLUMNS = ("dataset", "victim_id", "defense", "output_mode", "stream", "label", "data_mode", "seed",
+                     "index", "checkpoint_B", "score", "flagged_at", "delta")
+
+
+def detection_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
+    """One row per detector stream and checkpoint (``summary.json`` ``defense.detection``): the
+    attack's stream (``stream`` "attack", ``label`` the attack) and the benign streams (``stream``
+    "benign", ``label`` their source), with the score at B and the query that was flagged.
+    Benign streams depend on the seed only, so a benign stream seen by several cells is kept once."""
+    rows = []
+    for rec in records:
+        summary = rec.summary or {}
+        defense = _section(summary, "defense")
+        det = _section(defense, "detection")
+        if not det or summary.get("status", "complete") != "complete":
+            continue
+        base = {"dataset": str(_section(summary, "dataset").get("name") or UNKNOWN),
+                "victim_id": str(_section(summary, "victim").get("victim_id") or _section(
+                    _section(summary, "config"), "victim").get("victim_id") or UNKNOWN),
+                "defense": str(defense.get("label") or defense.get("name")),
+                "seed": int(summary.get("seed", 0)), "delta": _as_float(_section(det, "params").get("delta"))}
+        attack = _section(summary, "attack")
+        streams = [("attack", attack.get("label") or attack.get("name") or "", str(attack.get("output_mode") or ""),
+                    str(_section(summary, "dataset").get("data_mode") or ""), 0, _section(det, "attack"))]
+        streams += [("benign", str(b.get("source")), "", "", int(b.get("stream", 0)), b) for b in det.get("benign", [])]
+        for kind, label, mode, dm, index, s in streams:
+            for b, score in (s.get("score_at") or {}).items():
+                rows.append({**base, "stream": kind, "label": label, "output_mode": mode, "data_mode": dm,
+                             "index": index, "checkpoint_B": int(b), "score": _as_float(score),
+                             "flagged_at": s.get("flagged_at")})
+    frame = pd.DataFrame(rows, columns=list(DETECTION_COLUMNS))
+    benign = frame["stream"] == "benign"
+    keys = ["dataset", "victim_id", "defense", "delta", "seed", "label", "index", "checkpoint_B"]
+    return pd.concat([frame[~benign], frame[benign].drop_duplicates(subset=keys)], ignore_index=True)
 
 
 def defended_victims(frame: pd.DataFrame) -> pd.DataFrame:
@@ -263,7 +309,7 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
     defense = _section(summary, "defense") or _section(config, "defense")
     return {
         "label": attack.get("label") or attack.get("name") or "",
-        "defense": str(defense.get("name") or "none"),
+        "defense": str(defense.get("label") or defense.get("name") or "none"),
         "defense_test_accuracy": _as_float(_section(defense, "utility").get("test_accuracy")),
         "defense_agreement": _as_float(_section(defense, "utility").get("agreement_with_undefended")),
         "defense_perturbation": _as_float(_section(defense, "utility").get("mean_abs_perturbation")),

@@ -18,7 +18,8 @@ from mebench.report.gains import (condition_roles, gain_blocks, gain_definitions
                                   leaderboard_gain_columns)
 from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, excluded_runs,
                                         leaderboard_blocks, leaderboard_latex, leaderboard_table)
-from mebench.report.load import NoResultsError, load_results, split_incomplete
+from mebench.report.detection import detection_blocks, detection_table
+from mebench.report.load import NoResultsError, detection_frame, load_records, results_frame, split_incomplete
 from mebench.report.plots import slug, write_curve_figures, write_defense_scatter
 from mebench.report.stats import N_BOOTSTRAP, definitions
 from mebench.serial import jsonable
@@ -80,7 +81,8 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     Raises :class:`mebench.report.load.NoResultsError` when nothing can be read.
     """
     paths = [path] if isinstance(path, (str, Path)) else list(path)
-    frame, excluded = split_incomplete(load_results(paths))
+    records = load_records([Path(p) for p in paths])
+    frame, excluded = split_incomplete(results_frame(records, paths))
     for run in excluded_runs(excluded).itertuples():
         warnings.warn(f"left out {run.run_name} seed {run.seed} ({run.source}): status '{run.status}'",
                       stacklevel=2)
@@ -123,4 +125,8 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
             for ext, p in fig_paths.items():
                 files[f"defenses_{slug(dataset)}_{slug(mode)}_{ext}"] = p
         _write_pages(defense_blocks(matrix), out, "defenses", "mebench defenses", files, html=False)
+    detection = detection_table(detection_frame(records))
+    if not detection.empty:
+        _write_table(detection, out, "detection", files)
+        _write_pages(detection_blocks(detection), out, "detection", "mebench detection", files, html=False)
     return files

@@ -1,0 +1,164 @@
+"""Detectors: defenses that watch the stream of queries and never change an answer.
+
+A detector is a :class:`~mebench.defenses.base.Defense` whose ``apply`` returns the
+answers unchanged; the oracle shows it every answered batch (``observe``), and it
+records after which query it would have flagged the client. Two things are scored
+for every detector:
+
+- **queries until detection** of each attack's stream (``flagged_at``; ``None``
+  when the stream was never flagged within the budget);
+- **detection at a low false-positive rate**: each stream, attack or benign, gets a
+  score at every checkpoint B (the detector's own evidence over its first B queries,
+  higher = more attack-like), and :func:`tpr_at_fpr` reads the true-positive rate
+  at the strictest threshold that flags at most a share ``fpr`` of the benign
+  streams (the rule of low-FPR membership-inference scoring: the threshold is set
+  on the negatives alone, and the score is the share of positives above it).
+
+Benign streams (:func:`benign_streams`) are seeded random orders of whole test
+splits: the victim's own and, where the run names one, a second dataset's.
+
+:func:`shapiro_wilk_w` is the Shapiro–Wilk W statistic with Royston's weights
+(Royston, "Approximating the Shapiro–Wilk W-test for non-normality", Statistics and
+Computing 2, 1992, section 2; the same polynomial corrections as algorithm AS R94,
+Applied Statistics 44, 1995), written here because mebench depends on no statistics
+package. It agrees with ``scipy.stats.shapiro`` to 1e-6 (tested).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+
+from mebench.defenses.base import Defense
+from mebench.seeding import generator
+
+# Royston (1992), eq. for the two largest weights: polynomials in u = 1/sqrt(n).
+_C1 = (0.0, 0.221157, -0.147981, -2.071190, 4.434685, -2.706056)
+_C2 = (0.0, 0.042981, -0.293762, -1.752461, 5.682633, -3.582633)
+
+
+def _poly(coeffs: Sequence[float], u: float) -> float:
+    return sum(c * u ** i for i, c in enumerate(coeffs))
+
+
+def shapiro_wilk_weights(n: int) -> np.ndarray:
+    """Royston's approximation of the Shapiro–Wilk coefficients a_1..a_n (antisymmetric), n >= 3."""
+    if n < 3:
+        raise ValueError(f"the Shapiro–Wilk test needs at least 3 values, got {n}")
+    if n == 3:
+        return np.array([-math.sqrt(0.5), 0.0, math.sqrt(0.5)])
+    i = torch.arange(1, n + 1, dtype=torch.float64)
+    m = torch.special.ndtri((i - 0.375) / (n + 0.25)).numpy()
+    mm = float(m @ m)
+    u = 1.0 / math.sqrt(n)
+    a = np.empty(n)
+    an = _poly(_C1, u) + m[-1] / math.sqrt(mm)
+    if n > 5:
+        an1 = _poly(_C2, u) + m[-2] / math.sqrt(mm)
+        phi = (mm - 2 * m[-1] ** 2 - 2 * m[-2] ** 2) / (1 - 2 * an ** 2 - 2 * an1 ** 2)
+        a[:] = m / math.sqrt(phi)
+        a[-1], a[-2], a[0], a[1] = an, an1, -an, -an1
+    else:
+        phi = (mm - 2 * m[-1] ** 2) / (1 - 2 * an ** 2)
+        a[:] = m / math.sqrt(phi)
+        a[-1], a[0] = an, -an
+    return a
+
+
+def shapiro_wilk_w(values: Sequence[float] | np.ndarray, *, presorted: bool = False) -> float:
+    """The W statistic of ``values`` (at least 3); 1.0 when all values are equal (no evidence)."""
+    x = np.asarray(values, dtype=np.float64)
+    if not presorted:
+        x = np.sort(x)
+    ss = float(((x - x.mean()) ** 2).sum())
+    if ss <= 0.0:
+        return 1.0
+    w = float(shapiro_wilk_weights(x.size) @ x) ** 2 / ss
+    return min(w, 1.0)
+
+
+def tpr_at_fpr(positives: Sequence[float], negatives: Sequence[float], fpr: float) -> dict[str, Any]:
+    """True-positive rate at the strictest threshold that flags at most ``fpr`` of the negatives.
+
+    A stream is flagged when its score is strictly above the threshold; the threshold is the
+    ``k``-th largest negative score with ``k = floor(fpr · n_neg) + 1`` (so at most
+    ``floor(fpr · n_neg)`` negatives are above it). With fewer than ``1 / fpr`` negatives no
+    false positive is allowed at all, and ``resolved`` is false: the rate is an upper bound's
+    reading at the resolution ``1 / n_neg`` the benign streams allow.
+    """
+    pos = np.asarray(positives, dtype=np.float64)
+    neg = np.sort(np.asarray(negatives, dtype=np.float64))[::-1]
+    if neg.size == 0 or pos.size == 0:
+        return {"fpr_target": fpr, "tpr": None, "fpr": None, "threshold": None,
+                "n_pos": int(pos.size), "n_neg": int(neg.size), "resolved": False}
+    allowed = int(math.floor(fpr * neg.size + 1e-12))
+    threshold = -math.inf if allowed >= neg.size else float(neg[allowed])
+    return {"fpr_target": fpr, "tpr": float((pos > threshold).mean()), "fpr": float((neg > threshold).mean()),
+            "threshold": threshold, "n_pos": int(pos.size), "n_neg": int(neg.size),
+            "resolved": neg.size * fpr >= 1.0}
+
+
+class Detector(Defense):
+    """A defense that answers unchanged and scores the query stream (see the module docstring).
+
+    Subclasses implement ``observe(x, probs)`` (called by the oracle with each answered batch,
+    in order) and ``score()`` (current evidence, higher = more attack-like; ``-inf`` before
+    there is any), and set ``flagged_at`` to the 1-based index of the query after which the
+    client would have been flagged.
+    """
+
+    detector = True
+
+    def __init__(self, params: Any, generator: torch.Generator, state: Any = None) -> None:
+        super().__init__(params, generator, state)
+        self.queries_seen = 0
+        self.flagged_at: Optional[int] = None
+        self.best_score = -math.inf
+        self.scores_at: dict[int, float] = {}
+
+    def apply(self, scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return scores
+
+    def observe(self, x: torch.Tensor, probs: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def mark(self, checkpoints: Sequence[int]) -> None:
+        """Record the best score so far for every checkpoint the stream has just reached."""
+        for b in checkpoints:
+            if b <= self.queries_seen and b not in self.scores_at:
+                self.scores_at[b] = self.best_score
+
+    def record(self) -> dict[str, Any]:
+        return {"queries_seen": self.queries_seen, "flagged_at": self.flagged_at,
+                "score_at": {str(b): _finite(s) for b, s in sorted(self.scores_at.items())}}
+
+
+def _finite(s: float) -> Optional[float]:
+    return s if math.isfinite(s) else None
+
+
+def feed(detector: Detector, images: torch.Tensor, answer: Callable[[torch.Tensor], torch.Tensor],
+         checkpoints: Sequence[int], device: torch.device | str = "cpu", batch_size: int = 256) -> None:
+    """Show a whole stream to ``detector`` as an oracle would: batches of ``images`` (uint8 or
+    float in [0, 1]) with their ``answer``s, marking each checkpoint when the stream reaches it."""
+    for i in range(0, images.shape[0], batch_size):
+        xb = images[i:i + batch_size].to(device)
+        xb = xb.float().div_(255.0) if xb.dtype == torch.uint8 else xb
+        detector.observe(xb, answer(xb))
+        detector.mark(checkpoints)
+
+
+def benign_streams(sources: Sequence[tuple[str, torch.Tensor]], length: int, streams: int,
+                   seed: int) -> Iterator[tuple[str, int, torch.Tensor]]:
+    """``streams`` seeded random orders of each source's images (uint8 or float in [0, 1]),
+    ``length`` images each; a split shorter than ``length`` is traversed in fresh random orders
+    until the stream is long enough (no image repeats before the whole split has been sent)."""
+    for name, images in sources:
+        for k in range(streams):
+            g = generator(seed, f"benign:{name}:{k}")
+            n = images.shape[0]
+            order = torch.cat([torch.randperm(n, generator=g) for _ in range(-(-length // n))])[:length]
+            yield name, k, images[order]

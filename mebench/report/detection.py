@@ -1,0 +1,83 @@
+"""Detection at a low false-positive rate: every detector defense (``prada``) against every attack.
+
+For each detector, victim and checkpoint B, the negatives are the benign streams (all seeds and
+sources), the positives one attack's streams (one per seed). Per attack the table gives:
+
+- ``flagged``: share of the attack's streams flagged within B queries at the detector's own
+  threshold, and ``queries_to_detect``: the mean query after which they were flagged;
+- ``benign_flagged``: the same share for the benign streams (the false-positive rate at that
+  threshold);
+- ``tpr_at_1pct`` and ``tpr_at_0.1pct``: the true-positive rate at the strictest threshold that
+  flags at most 1 % / 0.1 % of the benign streams (``mebench.defenses.detection.tpr_at_fpr``), with
+  the number of benign streams: below 1/FPR of them no false positive at all is allowed, and the
+  table says the FPR is not resolved. No AUC is given on purpose: a detector is used at a low
+  false-positive rate, and an AUC averages over rates nobody would deploy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from mebench.defenses.detection import tpr_at_fpr
+from mebench.report.document import Block, budget_label, table
+
+FPRS = (0.01, 0.001)
+GROUP = ["dataset", "victim_id", "defense", "delta", "checkpoint_B"]
+
+
+def _flagged(f: pd.DataFrame) -> pd.Series:
+    at = pd.to_numeric(f["flagged_at"], errors="coerce")
+    return at.notna() & (at <= f["checkpoint_B"])
+
+
+def detection_table(det: pd.DataFrame) -> pd.DataFrame:
+    """One row per detector, victim, checkpoint and attack (see the module docstring)."""
+    if det.empty:
+        return pd.DataFrame()
+    rows = []
+    for key, g in det.groupby(GROUP, sort=True, dropna=False):
+        benign = g[g["stream"] == "benign"]
+        neg = benign["score"].fillna(-math.inf).to_numpy()
+        for (label, mode, dm), a in g[g["stream"] == "attack"].groupby(["label", "output_mode", "data_mode"], sort=True):
+            pos = a["score"].fillna(-math.inf).to_numpy()
+            hit = _flagged(a)
+            row = {**dict(zip(GROUP, key)), "attack": label, "output_mode": mode, "data_mode": dm,
+                   "n_attack_streams": len(a), "n_benign_streams": len(benign),
+                   "flagged": float(hit.mean()), "benign_flagged": float(_flagged(benign).mean()) if len(benign) else None,
+                   "queries_to_detect": float(pd.to_numeric(a.loc[hit, "flagged_at"]).mean()) if hit.any() else None}
+            for fpr in FPRS:
+                r = tpr_at_fpr(pos, neg, fpr)
+                row[f"tpr_at_{fpr:g}"] = r["tpr"]
+                row[f"fpr_resolved_{fpr:g}"] = r["resolved"]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _rate(v: float | None, resolved: bool = True) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{v:.2f}" + ("" if resolved else "*")
+
+
+def detection_blocks(table_: pd.DataFrame) -> list[Block]:
+    blocks = [Block("h1", "mebench detection"), Block("p", (
+        "Detector defenses against each attack's query stream. flagged: share of the attack's streams "
+        "(one per seed) flagged within B queries at the detector's threshold (mean query of detection in "
+        "brackets); benign: share of benign streams flagged at that threshold; TPR@1% / TPR@0.1%: share "
+        "of attack streams above the strictest threshold that flags at most 1% / 0.1% of the benign "
+        "streams. * marks a rate whose FPR the benign streams cannot resolve (fewer than 1/FPR of them: "
+        "no false positive allowed)."))]
+    for (dataset, victim, defense, delta), t in table_.groupby(["dataset", "victim_id", "defense", "delta"], sort=True):
+        rows = []
+        for _, r in t.sort_values(["attack", "output_mode", "checkpoint_B"]).iterrows():
+            q = "" if r["queries_to_detect"] is None or pd.isna(r["queries_to_detect"]) else f" ({r['queries_to_detect']:,.0f})"
+            rows.append([f"{r['attack']} ({r['data_mode']}, {r['output_mode']})", budget_label(int(r["checkpoint_B"])),
+                         f"{_rate(r['flagged'])}{q}", _rate(r["benign_flagged"]),
+                         _rate(r["tpr_at_0.01"], bool(r["fpr_resolved_0.01"])),
+                         _rate(r["tpr_at_0.001"], bool(r["fpr_resolved_0.001"])),
+                         f"{int(r['n_attack_streams'])} / {int(r['n_benign_streams'])}"])
+        blocks += [Block("h2", f"{dataset} · {victim} · {defense} (delta {delta:g})"),
+                   table(["attack", "B", "flagged", "benign", "TPR@1%", "TPR@0.1%", "streams (attack / benign)"], rows)]
+    return blocks
