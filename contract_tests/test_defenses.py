@@ -118,7 +118,7 @@ class _Recorder:
         return x, y
 
 
-@pytest.mark.parametrize("name", ["top1", "rounding", "reverse_sigmoid"])
+@pytest.mark.parametrize("name", ["top1", "rounding", "reverse_sigmoid", "mad", "adaptive_misinformation"])
 def test_track_a_trains_on_what_the_defended_oracle_returned(make_cfg, tmp_path, name):
     # contract 7: D_B is the defended answers, query for query; the count is still exact
     cfg = make_cfg(defense={"name": name, "params": PARAMS.get(name, {})}, cache={"enabled": False})
