@@ -35,8 +35,8 @@ def test_different_run_seeds_give_different_query_sets(make_cfg):
     a0 = engine.make_attack(cfg, prep, 0, engine.build_pool(cfg, prep, 0))
     a1 = engine.make_attack(cfg, prep, 1, engine.build_pool(cfg, prep, 1))
     again = engine.make_attack(cfg, prep, 0, engine.build_pool(cfg, prep, 0))
-    assert not torch.equal(a0.order[:100], a1.order[:100])
-    assert torch.equal(a0.order, again.order)
+    assert not torch.equal(a0.sampler.order[:100], a1.sampler.order[:100])
+    assert torch.equal(a0.sampler.order, again.sampler.order)
 
 
 def _spec(mode: str = "soft_prob") -> TrackASpec:

@@ -321,7 +321,7 @@ def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool])
         input_shape=(v.channels, *v.input_size), device=prep.device, seed=seed,
         generator=generator(seed, "attack"), pool=pool, params=attack_params(cfg),
         checkpoints=tuple(cfg.budget.checkpoints), max_budget=cfg.budget.max_budget,
-        make_substitute=make_substitute)
+        make_substitute=make_substitute, data_mode=cfg.dataset.data_mode, seed_size=cfg.dataset.seed_size)
     return cls(ctx)
 
 

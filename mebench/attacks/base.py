@@ -24,6 +24,9 @@ import torch
 from torch import nn
 
 from mebench.registry import Registry
+from mebench.seeding import derive_seed
+from mebench.training.loop import OptimizerSpec, train_epochs
+from mebench.training.losses import loss_for
 from mebench.types import OUTPUT_MODES, OracleOutput, QueryBatch
 
 if TYPE_CHECKING:
@@ -45,6 +48,9 @@ class AttackContext:
       architecture on ``device``. It takes pixel-space ``[0, 1]`` input (the
       victim's normalization is inside the model) and returns logits.
     - ``params``: the attack's validated parameter object (its ``Params`` class).
+    - ``data_mode`` and ``seed_size``: the run's data mode and ``dataset.seed_size``; in
+      ``seed`` mode the pool's first ``seed_size`` images are the seed images themselves
+      (the rest are their augmented copies).
     """
 
     profile: "DatasetProfile"
@@ -59,6 +65,8 @@ class AttackContext:
     checkpoints: tuple[int, ...]
     max_budget: int
     make_substitute: Callable[[], nn.Module]
+    data_mode: str = "surrogate"
+    seed_size: int = 100
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,29 @@ class Attack(ABC):
         Must not query the oracle or look at the test split.
         """
         return None
+
+
+def fresh_substitute(ctx: AttackContext, tag: str) -> nn.Module:
+    """A new substitute initialised from ``(run seed, tag)``, leaving the global RNG stream as it was."""
+    dev = ctx.device
+    with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
+        torch.manual_seed(derive_seed(ctx.seed, tag))
+        return ctx.make_substitute()
+
+
+def train_fresh(ctx: AttackContext, x: torch.Tensor, y: torch.Tensor, tag: str, *, epochs: int, lr: float,
+                momentum: float, weight_decay: float, batch_size: int, lr_step: Optional[int] = None,
+                lr_gamma: float = 0.1) -> nn.Module:
+    """A fresh substitute trained on ``(x, y)`` the way most attacks' reference code does it: SGD
+    epochs over random permutations, a step learning-rate decay, the output mode's loss (KL for
+    probabilities, whose gradient is the soft cross-entropy's; cross-entropy for labels).
+    Initialisation and batch order are seeded from ``(run seed, tag)``."""
+    model = fresh_substitute(ctx, tag)
+    opt = OptimizerSpec(name="sgd", lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return train_epochs(model, x.to(ctx.device), y.to(ctx.device), loss_fn=loss_for(ctx.output_mode), epochs=epochs,
+                        batch_size=batch_size, optimizer=opt,
+                        generator=torch.Generator().manual_seed(derive_seed(ctx.seed, tag + "-order")),
+                        lr_step=lr_step, lr_gamma=lr_gamma)
 
 
 ATTACKS: Registry[type[Attack]] = Registry("attack", "mebench.attacks")

@@ -21,6 +21,22 @@ from mebench.errors import ConfigError
 from mebench.types import QueryBatch
 
 
+class PoolPermutation:
+    """A seeded random order of a pool, handed out ``k`` images at a time, never one twice."""
+
+    def __init__(self, pool, generator: torch.Generator) -> None:
+        self.pool = pool
+        self.order = torch.randperm(len(pool), generator=generator)
+        self.pos = 0
+
+    def take(self, k: int, device: torch.device) -> QueryBatch:
+        idx = self.order[self.pos : self.pos + k]
+        if idx.numel() != k:
+            raise RuntimeError(f"pool exhausted: {len(self.pool)} images, asked for {self.pos + k}")
+        self.pos += k
+        return QueryBatch(self.pool.get(idx, device), {"pool_index": idx})
+
+
 @register_attack
 class RandomAttack(Attack):
     """Uniform random selection from the pool (the baseline every attack must beat)."""
@@ -43,15 +59,10 @@ class RandomAttack(Attack):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         assert ctx.pool is not None
-        self.order = torch.randperm(len(ctx.pool), generator=ctx.generator)
-        self.pos = 0
+        self.sampler = PoolPermutation(ctx.pool, ctx.generator)
 
     def next_batch_size(self, state) -> int:
         return self.params.batch_size
 
     def propose(self, k, state) -> QueryBatch:
-        idx = self.order[self.pos : self.pos + k]
-        if idx.numel() != k:
-            raise RuntimeError(f"pool exhausted: {len(self.ctx.pool)} images, asked for {self.pos + k}")
-        self.pos += k
-        return QueryBatch(self.ctx.pool.get(idx, self.ctx.device), {"pool_index": idx})
+        return self.sampler.take(k, self.ctx.device)

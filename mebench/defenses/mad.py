@@ -1,6 +1,6 @@
 """MAD, Prediction Poisoning: Orekondy, Schiele, Fritz, "Prediction Poisoning: Towards Defenses
 Against DNN Model Stealing Attacks", ICLR 2020, section 4 (reference code:
-github.com/tribhuvanesh/prediction-poisoning, ``defenses/victim/mad.py``).
+github.com/tribhuvanesh/prediction-poisoning at 1ddff8b, ``defenses/victim/bb_mad.py``).
 
 The defender perturbs each answer y into ỹ so that the gradient an attacker would take on it
 points as far as possible from the gradient of the true answer. With G the Jacobian of the
@@ -11,6 +11,10 @@ MAD solves
     max_ỹ  || Gᵀỹ / ||Gᵀỹ|| - Gᵀy / ||Gᵀy|| ||²   s.t.  ỹ in the simplex, ||ỹ - y||_p <= ε.
 
 As in the reference code:
+
+- the objective maximised over the candidates y* is the angular one above (``calc_objective``,
+  bb_mad.py:135, chosen by ``max_over_obj``), as in the authors' MNIST instructions
+  (README.md:138, ``objmax:True``), not the surrogate objective of bb_mad.py:200;
 
 - G is taken w.r.t. the weight of the surrogate's last linear layer (``max_grad_layer=None``,
   ``compute_jacobian_nll``). There G_k = (p - e_k) ⊗ h with p the surrogate's probabilities and

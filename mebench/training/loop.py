@@ -125,3 +125,44 @@ def steps_for_budget(budget: int, c: float) -> int:
     from fractions import Fraction
 
     return math.ceil(Fraction(str(c)) * budget)
+
+
+def train_epochs(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    loss_fn: LossFn,
+    epochs: int,
+    batch_size: int,
+    optimizer: OptimizerSpec,
+    generator: torch.Generator,
+    lr_step: Optional[int] = None,
+    lr_gamma: float = 0.1,
+) -> nn.Module:
+    """Epoch-based training as most attack papers' code does it: each epoch one random
+    permutation of ``(x, y)`` in batches of ``batch_size`` (the last one smaller), a fresh
+    optimizer, and the learning rate multiplied by ``lr_gamma`` every ``lr_step`` epochs
+    (``torch.optim.lr_scheduler.StepLR``; ``None``: constant). The data should already be
+    on the model's device. Raises ``DivergenceError`` on a NaN/inf loss (checked per epoch).
+    """
+    n = int(x.shape[0])
+    if n <= 0:
+        raise ValueError("cannot train on an empty dataset")
+    opt = make_optimizer(model.parameters(), optimizer)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=lr_step, gamma=lr_gamma) if lr_step else None
+    model.train()
+    finite = torch.ones((), dtype=torch.bool, device=x.device)
+    for epoch in range(1, epochs + 1):
+        for idx in torch.randperm(n, generator=generator).to(x.device).split(batch_size):
+            loss = loss_fn(model(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            finite &= torch.isfinite(loss.detach())
+        if not bool(finite):
+            raise DivergenceError(f"training loss became NaN or infinite in epoch {epoch} of {epochs}")
+        if sched is not None:
+            sched.step()
+    model.eval()
+    return model

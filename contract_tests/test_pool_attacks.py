@@ -1,0 +1,240 @@
+"""Knockoff Nets, the JBDA family (jbda, jb_self, jb_top) and CopycatCNN: budget accounting at
+odd remainders, what each query is, reproducibility, the reference values, and that no attack
+reads the test split.
+
+Tiny synthetic pools (1x4x4 images) and tiny MLPs, driven by the engine's own query loop
+(``mebench.engine.collect``) through the real oracle and query store.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from mebench.attacks import ATTACKS, AttackContext
+from mebench.attacks import copycat, jbda, knockoff
+from mebench.data.cache import QueryStore
+from mebench.data.pools import Pool
+from mebench.data.profiles import get_profile
+from mebench.engine import collect
+from mebench.errors import ConfigError
+from mebench.oracle import Oracle
+from mebench.state import EngineState
+from mebench.victims.wrapper import FrozenVictim
+
+SHAPE, K = (1, 4, 4), 4
+FAST = {"jbda": dict(round_epochs=2, final_epochs=2, batch_size=32),
+        "knockoff": dict(epochs=2, batch_size=32), "copycat": dict(epochs=2, batch_size=32)}
+# (attack, params, output mode, data mode)
+CASES = [("jbda", {"augmentation": "jbda"}, "soft_prob", "seed"),
+         ("jbda", {"augmentation": "jb_self"}, "hard_top1", "surrogate"),
+         ("jbda", {"augmentation": "jb_top"}, "soft_prob", "seed"),
+         ("jbda", {"augmentation": "jb_top", "kappa": 5, "sigma": 1}, "hard_top1", "surrogate"),
+         ("knockoff", {}, "soft_prob", "surrogate"),
+         ("knockoff", {}, "hard_top1", "seed"),
+         ("copycat", {}, "hard_top1", "surrogate")]
+IDS = [f"{a}-{p.get('augmentation', a)}-{m}-{d}" + ("-kappa" if "kappa" in p else "") for a, p, m, d in CASES]
+
+
+def tiny() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, K))
+
+
+def pool_images(n: int = 3000) -> torch.Tensor:
+    return (torch.rand((n, *SHAPE), generator=torch.Generator().manual_seed(7)) * 255).to(torch.uint8)
+
+
+def make_attack(name: str, params: dict, mode: str, data_mode: str, seed: int = 0, budget: int = 1001,
+                checkpoints: tuple[int, ...] = (997, 1001), seed_size: int = 20):
+    cls = ATTACKS.get(name)
+    p = cls.Params(**{**FAST[name], **params})
+    cls.check_params(p, budget, checkpoints)
+    ctx = AttackContext(profile=get_profile("MNIST"), output_mode=mode, num_classes=K, input_shape=SHAPE,
+                        device=torch.device("cpu"), seed=seed, generator=torch.Generator().manual_seed(seed),
+                        pool=Pool(pool_images(), "synthetic"), params=p, checkpoints=checkpoints,
+                        max_budget=budget, make_substitute=tiny, data_mode=data_mode, seed_size=seed_size)
+    return cls(ctx)
+
+
+def run(attack):
+    """Drive ``attack`` through the engine loop; returns oracle, state, batches and Track B models."""
+    torch.manual_seed(123)
+    victim = FrozenVictim(tiny(), "cpu")
+    mode, budget, cps = attack.ctx.output_mode, attack.ctx.max_budget, attack.ctx.checkpoints
+    oracle = Oracle(victim, mode, budget, SHAPE)
+    state = EngineState(budget, cps, QueryStore(budget, SHAPE, mode, K), torch.device("cpu"))
+    batches = []
+    observe = attack.observe
+    attack.observe = lambda b, o, s: (batches.append(b), observe(b, o, s))
+    models: dict[int, nn.Module] = {}
+    collect(attack, oracle, state, lambda b: models.__setitem__(b, attack.track_b_model(state)))
+    return oracle, state, batches, models
+
+
+# contract 1.1 / 14.2: every image the victim sees is one query, Jacobian-augmentation rounds
+# included; the run spends exactly the budget at odd remainders (997, 1001) and Track B is
+# reported at both checkpoints.
+@pytest.mark.parametrize("name,params,mode,data_mode", CASES, ids=IDS)
+def test_exact_budget_at_odd_remainders(name, params, mode, data_mode):
+    attack = make_attack(name, params, mode, data_mode)
+    oracle, state, batches, models = run(attack)
+    assert oracle.queries_used == len(state.store) == sum(len(b) for b in batches) == 1001
+    assert sorted(models) == [997, 1001]
+    x, _ = state.store.prefix(1001)
+    assert float(x.min()) >= 0.0 and float(x.max()) <= 1.0  # contract 2.2: images in [0, 1]
+
+
+# contract 3: a pool attack never queries a pool image twice. JBDA's seed set is distinct pool
+# images; its later queries are its procedure's own images, each within λ (L∞) of the answered
+# image it augments (an augmentation can undo an earlier one, so JBDA may repeat an image: the
+# reference does too).
+@pytest.mark.parametrize("name,params,mode,data_mode", CASES, ids=IDS)
+def test_no_image_answered_twice_unless_the_procedure_says_so(name, params, mode, data_mode):
+    attack = make_attack(name, params, mode, data_mode)
+    _, state, batches, _ = run(attack)
+    x, _ = state.store.prefix(1001)
+    flat = x.flatten(1)
+    if name != "jbda":
+        idx = torch.cat([b.meta["pool_index"] for b in batches])
+        assert idx.unique().numel() == 1001
+        return
+    assert batches[0].meta["round"] == -1 and len(batches[0]) == 20
+    assert flat[:20].unique(dim=0).shape[0] == 20
+    source = torch.cat([b.meta["source"] for b in batches[1:]])
+    assert source.numel() == 1001 - 20 and bool((source < torch.arange(20, 1001)).all())
+    assert float((flat[20:] - flat[source]).abs().max()) <= 0.1 + 1e-6
+
+
+# contract 10: a fixed seed (and thread count) reproduces the queries and the Track B substitute;
+# another seed changes them.
+@pytest.mark.parametrize("name,params,mode,data_mode", CASES[::2], ids=IDS[::2])
+def test_reproducible_for_a_fixed_seed(name, params, mode, data_mode):
+    (_, s1, _, m1), (_, s2, _, m2), (_, s3, _, _) = [
+        run(make_attack(name, params, mode, data_mode, seed=s, budget=300, checkpoints=(300,))) for s in (3, 3, 4)]
+    assert torch.equal(s1.store.prefix(300)[0], s2.store.prefix(300)[0])
+    assert torch.equal(s1.store.prefix(300)[1], s2.store.prefix(300)[1])
+    assert not torch.equal(s1.store.prefix(300)[0], s3.store.prefix(300)[0])
+    probe = torch.rand((32, *SHAPE), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(m1[300](probe), m2[300](probe))
+
+
+# contract 8 / 9: no attack reads the test split. The engine's evaluator holds it; an attack gets
+# only its AttackContext and the query store, and loading a test split while the attack runs (its
+# queries and its Track B training) fails this test.
+@pytest.mark.parametrize("attack", [
+    {"name": "jbda", "params": {"augmentation": "jb_top", "round_epochs": 1, "final_epochs": 1}},
+    {"name": "knockoff", "params": {"epochs": 1}},
+    {"name": "copycat", "output_mode": "hard_top1", "params": {"epochs": 1}}], ids=lambda a: a["name"])
+def test_attacks_never_read_the_test_split(make_cfg, tmp_path, monkeypatch, attack):
+    import mebench.data.datasets as datasets
+    from mebench import engine
+
+    cfg = make_cfg(attack={"output_mode": "soft_prob", **attack}, dataset={"seed_size": 30}, cache={"enabled": False})
+    prep = engine.prepare(cfg)
+    real = datasets.load_split
+    reads: list[bool] = []
+
+    def guarded(name, root, train, *a, **kw):
+        reads.append(train)
+        assert train, "the test split was read while the attack ran"
+        return real(name, root, train, *a, **kw)
+
+    for module in (datasets, engine):
+        if hasattr(module, "load_split"):
+            monkeypatch.setattr(module, "load_split", guarded)
+    result = engine.run_seed(cfg, 0, prep, tmp_path / "seed0", progress=False)
+    assert result.summary["status"] == "complete" and result.summary["queries_used"] == 500
+    assert {r["track"] for r in result.rows} == {"A", "B"}
+    assert all(reads)
+
+
+# JBDA reference (jacobian.py:198-199): the step's sign flips with period tau, with Python's
+# half-to-even round: + for rounds 0-2, - for 3-7, + for 8-12.
+def test_jbda_step_sign_schedule():
+    signs = [jbda.step_for_round(0.1, 5, r) > 0 for r in range(13)]
+    assert signs == [True] * 3 + [False] * 5 + [True] * 5
+    assert jbda.step_for_round(0.1, None, 7) == 0.1
+
+
+# JBDA / jb-self: x + λ sign(∇_x CE) raises the substitute's loss on the victim's label (moves away
+# from it), x − λ sign(...) lowers it; jb-top's targeted PGD raises the target logit, stays in
+# the L∞ ball and in [0, 1].
+def test_jacobian_directions_and_targeted_pgd():
+    torch.manual_seed(0)
+    model = tiny()
+    x = torch.rand(64, *SHAPE) * 0.8 + 0.1
+    labels = model(x).argmax(dim=1)
+    g = jbda.fgsm_sign(model, x, labels)
+    ce = lambda z: torch.nn.functional.cross_entropy(model(z), labels, reduction="none")  # noqa: E731
+    with torch.no_grad():
+        assert bool((ce(x + 0.01 * g) >= ce(x) - 1e-6).all()) and bool((ce(x - 0.01 * g) <= ce(x) + 1e-6).all())
+    targets = (labels + 1) % K
+    out = targeted_pgd_out = jbda.targeted_pgd(model, x, targets, 0.1, 0.01, 8)
+    assert float((out - x).abs().max()) <= 0.08 + 1e-6 and 0.0 <= float(out.min()) and float(out.max()) <= 1.0
+    with torch.no_grad():
+        assert bool((model(targeted_pgd_out).gather(1, targets.view(-1, 1)) >
+                     model(x).gather(1, targets.view(-1, 1))).float().mean() > 0.9)
+
+
+# jb-top: each source image gets topk queries, towards the substitute's most likely classes other
+# than the victim's label, image-major; |D| grows (1 + topk)-fold per round.
+def test_jb_top_round_structure():
+    attack = make_attack("jbda", {"augmentation": "jb_top", "topk": 2}, "hard_top1", "seed",
+                         budget=20 + 40 + 120, checkpoints=(180,))
+    _, state, batches, _ = run(attack)
+    rounds = {}
+    for b in batches:
+        rounds.setdefault(b.meta["round"], []).append(b)
+    assert {r: sum(len(b) for b in bs) for r, bs in rounds.items()} == {-1: 20, 0: 40, 1: 120}
+    src = torch.cat([b.meta["source"] for b in rounds[0]])
+    assert torch.equal(src, torch.arange(20).repeat_interleave(2))
+    _, y = state.store.prefix(180)
+    assert y.shape == (180,)
+
+
+# contract 14.1 / 15.2: capability rules fail before any work with one line naming the key.
+def test_capabilities_and_bad_params(make_cfg):
+    meta = {n: ATTACKS.get(n).describe() for n in ("jbda", "knockoff", "copycat")}
+    assert meta["copycat"]["output_modes"] == ["hard_top1"] and meta["copycat"]["data_modes"] == ["surrogate"]
+    assert meta["jbda"]["state_dependent_queries"] and all(m["has_track_b"] for m in meta.values())
+    for name, bad in [("augmentation", "jbtop3"), ("step_size", 0.0), ("tau", 0), ("topk", 0), ("final_epochs", 0)]:
+        with pytest.raises(ConfigError, match=name):
+            jbda.Jbda.check_params(jbda.JbdaParams(**{name: bad}), 1000, (1000,))
+    for name, bad in [("epochs", 0), ("lr", -1.0), ("momentum", 1.0), ("lr_step", 0)]:
+        with pytest.raises(ConfigError, match=name):
+            knockoff.KnockoffNets.check_params(knockoff.KnockoffParams(**{name: bad}), 1000, (1000,))
+    from mebench.validation import validate
+
+    for attack, key in [({"name": "copycat", "output_mode": "soft_prob"}, "attack.output_mode"),
+                        ({"name": "jbda", "params": {"augmentation": "jbtop3"}}, "attack.params.augmentation")]:
+        with pytest.raises(ConfigError) as err:
+            validate(make_cfg(attack=attack), check_files=False)
+        assert err.value.key == key and "\n" not in str(err.value)
+
+
+REFERENCE_LINE = re.compile(r"^- (?P<field>[a-z_]+) = (?P<value>\S+)  \((?P<source>.+)\)$")
+
+
+# contract 6 / 8: each attack's defaults are the values its module cites from the reference code,
+# every parameter is cited, and every citation names a file and line.
+@pytest.mark.parametrize("module,params", [(jbda, jbda.JbdaParams), (knockoff, knockoff.KnockoffParams),
+                                           (copycat, copycat.CopycatParams)], ids=["jbda", "knockoff", "copycat"])
+def test_defaults_are_the_cited_reference_values(module, params):
+    cited = {}
+    for line in module.__doc__.splitlines():
+        if line.startswith("- ") and " = " in line.split("  (")[0]:
+            m = REFERENCE_LINE.match(line)
+            assert m, f"reference line does not parse: {line!r}"
+            assert re.search(r"[\w/]+\.py:\d+", m["source"]), f"no file:line in {line!r}"
+            cited[m["field"]] = ast.literal_eval(m["value"])
+    assert set(cited) == {f.name for f in dataclasses.fields(params)}
+    defaults = params()
+    for name, value in cited.items():
+        got = getattr(defaults, name)
+        assert got == value and type(got) is type(value), f"{name}: default {got!r}, cited {value!r}"

@@ -1,0 +1,277 @@
+"""JBDA and its PRADA variants: Jacobian-based dataset augmentation.
+
+Papernot, McDaniel, Goodfellow, Jha, Celik, Swami, "Practical Black-Box Attacks against Machine
+Learning", AsiaCCS 2017 (JBDA), and Juuti, Szyller, Marchal, Asokan, "PRADA: Protecting against
+DNN Model Stealing Attacks", EuroS&P 2019 (the JBDA-TR variants ``jb-self`` and ``jb-top<k>``).
+
+Reference code: the implementation behind Table 1 of Orekondy et al., "Prediction Poisoning",
+ICLR 2020 (the table mebench's README reproduces): github.com/tribhuvanesh/prediction-poisoning
+at 1ddff8b, ``defenses/adversary/jacobian.py`` (``JacobianAdversary``), whose training routine
+is github.com/tribhuvanesh/knockoffnets at b830985, ``knockoff/utils/model.py`` (``train_model``).
+``file:line`` below is in those trees; the defaults of ``JbdaParams`` are these values, one
+``- field = default  (source)`` per line (checked by a contract test):
+
+- augmentation = 'jbda'  (jacobian.py:52, 73, 143-148)
+- step_size = 0.1  (jacobian.py:183, 243)
+- tau = 5  (jacobian.py:362-363)
+- kappa = None  (jacobian.py:360-361)
+- sigma = 3  (jacobian.py:360)
+- topk = 3  (jacobian.py:76-78: jbtop3, PRADA's jb-top3)
+- pgd_steps = 8  (jacobian.py:322)
+- pgd_alpha = 0.01  (jacobian.py:277)
+- batch_size = 64  (jacobian.py:353, knockoff/config.py:24)
+- round_epochs = 20  (jacobian.py:364)
+- round_lr = 0.1  (jacobian.py:133)
+- final_epochs = 100  (jacobian.py:52, 160)
+- final_lr = 0.01  (jacobian.py:161)
+- momentum = 0.9  (jacobian.py:134, 161)
+- weight_decay = 0.0005  (knockoff/utils/model.py:193)
+- lr_step = 30  (knockoff/utils/model.py:156, not overridden by jacobian.py:131-135)
+- lr_gamma = 0.1  (jacobian.py:134, 162)
+
+The procedure (jacobian.py:117-168), every image the victim sees counted by the oracle:
+
+1. The seed set is queried: the ``dataset.seed_size`` victim-train images of ``seed`` mode
+   (the reference's ``--seedsize``, default 100, jacobian.py:358, 398), or as many images drawn
+   at random from the pool in ``surrogate`` mode.
+2. Round r = 0, 1, ...: a fresh substitute is trained on everything answered so far for
+   ``round_epochs`` epochs (SGD, ``round_lr``), and every image answered so far (from round
+   ``sigma`` on a random ``kappa`` of them when ``kappa`` is set) is augmented, in answer order,
+   and the augmented images are queried, cut to the budget left (jacobian.py:189-196):
+   - ``jbda``: x + λ_r sign(∇_x CE(F(x), ŷ)), ŷ the victim's label (jacobian.py:219-222, 302-319);
+   - ``jb_self``: x − λ_r sign(∇_x CE(F(x), ŷ)) (jacobian.py:223-224);
+   - ``jb_top``: for each x, one targeted PGD image (``pgd_steps`` steps of ``pgd_alpha`` on the
+     target logit, projected on the L∞ ball of radius |λ_r|) towards each of the substitute's
+     ``topk`` most likely classes other than ŷ, image-major (jacobian.py:266-287, 322-337);
+   with λ_r = ``step_size`` · (−1)^round(r / ``tau``), Python's half-to-even ``round``
+   (jacobian.py:198-199). |D| doubles every round (jbda, jb_self) or grows (1 + topk)-fold.
+3. Track B: a fresh substitute trained for ``final_epochs`` epochs at ``final_lr`` on everything
+   answered up to the checkpoint (jacobian.py:152-164).
+
+Training as ``train_model`` does it: SGD with ``momentum`` and ``weight_decay``, the learning
+rate times ``lr_gamma`` every ``lr_step`` epochs, the soft cross-entropy on the victim's answers
+(one-hot labels for ``hard_top1``, jacobian.py:94-97, 228-231; mebench's KL and cross-entropy
+have the same gradients). Deviations, each listed in the README: every image is clipped to
+[0, 1] (§2.2; the reference clips δ so that x + δ lies in [0, 1], which leaves jb-self's
+x − δ and the jb-top images up to λ outside it); the jb-top projection
+radius is |λ_r| (the reference's ``clamp(-ε, ε)`` with a negative ε sets every pixel's
+perturbation to ε in the rounds where λ_r < 0); the last model is kept (the reference's
+``train_model`` also tracks the best test accuracy, which a mebench attack never reads, §8); the
+reference's 1-epoch warm-up model (jacobian.py:105-114) queries nothing and is left out; its
+``--rho`` round limit (default: none) is not offered, since the attack runs to the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mebench.attacks.base import Attack, AttackContext, register_attack, train_fresh
+from mebench.errors import ConfigError
+from mebench.types import OracleOutput, QueryBatch
+
+if TYPE_CHECKING:
+    from mebench.state import EngineState
+
+AUGMENTATIONS = ("jbda", "jb_self", "jb_top")
+CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class JbdaParams:
+    """``attack.params`` of ``jbda``; the defaults are the reference procedure (module docstring)."""
+
+    augmentation: str = "jbda"
+    step_size: float = 0.1
+    tau: Optional[int] = 5
+    kappa: Optional[int] = None
+    sigma: int = 3
+    topk: int = 3
+    pgd_steps: int = 8
+    pgd_alpha: float = 0.01
+    batch_size: int = 64
+    round_epochs: int = 20
+    round_lr: float = 0.1
+    final_epochs: int = 100
+    final_lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    lr_step: Optional[int] = 30
+    lr_gamma: float = 0.1
+
+
+def step_for_round(step_size: float, tau: Optional[int], r: int) -> float:
+    """λ_r: the step's sign flips with period ``tau`` as in the reference (Python's ``round``)."""
+    return step_size if tau is None else step_size * (-1) ** round(r / tau)
+
+
+def labels_of(y: torch.Tensor) -> torch.Tensor:
+    """The victim's label of each answer (argmax of a probability vector, or the label itself)."""
+    return y.argmax(dim=1) if y.dim() == 2 else y
+
+
+def fgsm_sign(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """sign(∇_x CE(model(x), labels)) per image (0 where the gradient is 0)."""
+    x = x.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        loss = F.cross_entropy(model(x), labels, reduction="sum")
+        (grad,) = torch.autograd.grad(loss, x)
+    return grad.sign()
+
+
+def targeted_pgd(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, radius: float,
+                 alpha: float, steps: int) -> torch.Tensor:
+    """Images ``x + δ``: ``steps`` signed-gradient ascents of the ``targets`` logit, δ in the L∞
+    ball of ``radius``, the result clipped to [0, 1]."""
+    delta = torch.zeros_like(x)
+    for _ in range(steps):
+        d = delta.clone().requires_grad_(True)
+        with torch.enable_grad():
+            score = model(x + d).gather(1, targets.view(-1, 1)).sum()
+            (grad,) = torch.autograd.grad(score, d)
+        delta = (delta + alpha * grad.sign()).clamp(-radius, radius)
+    return (x + delta).clamp(0.0, 1.0)
+
+
+@register_attack
+class Jbda(Attack):
+    """Jacobian-based dataset augmentation from a small seed set (JBDA, jb-self, jb-top<k>)."""
+
+    name = "jbda"
+    paper = ("Papernot et al., Practical Black-Box Attacks against Machine Learning, AsiaCCS 2017; "
+             "jb-self / jb-top<k>: Juuti et al., PRADA, EuroS&P 2019")
+    data_modes = frozenset({"seed", "surrogate"})
+    state_dependent_queries = True
+    has_track_b = True
+    Params = JbdaParams
+
+    @classmethod
+    def check_params(cls, params: JbdaParams, max_budget: int, checkpoints: tuple[int, ...]) -> None:
+        p, key = params, "attack.params."
+        rules = [
+            ("augmentation", p.augmentation in AUGMENTATIONS, f"must be one of {', '.join(AUGMENTATIONS)}"),
+            ("step_size", p.step_size > 0, "must be > 0"),
+            ("tau", p.tau is None or p.tau >= 1, "must be null or >= 1"),
+            ("kappa", p.kappa is None or p.kappa >= 1, "must be null or >= 1"),
+            ("sigma", p.sigma >= 0, "must be >= 0"),
+            ("topk", p.topk >= 1, "must be >= 1"),
+            ("pgd_steps", p.pgd_steps >= 1, "must be >= 1"),
+            ("pgd_alpha", p.pgd_alpha > 0, "must be > 0"),
+            ("batch_size", p.batch_size >= 1, "must be >= 1"),
+            ("round_epochs", p.round_epochs >= 1, "must be >= 1"),
+            ("round_lr", p.round_lr > 0, "must be > 0"),
+            ("final_epochs", p.final_epochs >= 1, "must be >= 1"),
+            ("final_lr", p.final_lr > 0, "must be > 0"),
+            ("momentum", 0 <= p.momentum < 1, "must be in [0, 1)"),
+            ("weight_decay", p.weight_decay >= 0, "must be >= 0"),
+            ("lr_step", p.lr_step is None or p.lr_step >= 1, "must be null or >= 1"),
+            ("lr_gamma", 0 < p.lr_gamma <= 1, "must be in (0, 1]"),
+        ]
+        for name, ok, rule in rules:
+            if not ok:
+                raise ConfigError(key + name, getattr(p, name), rule)
+
+    @classmethod
+    def required_pool_size(cls, params: JbdaParams, max_budget: int) -> int:
+        """Only the seed set comes from the pool; every later query is synthesised."""
+        return 1
+
+    def __init__(self, ctx: AttackContext) -> None:
+        super().__init__(ctx)
+        if ctx.pool is None:
+            raise ValueError("jbda needs an image pool for its seed set (seed or surrogate data mode)")
+        n = ctx.seed_size
+        if n > len(ctx.pool):
+            raise ValueError(f"the seed set needs {n} images, the pool holds {len(ctx.pool)}")
+        # seed mode: the pool's first seed_size images are the raw seed images (AttackContext)
+        pick = (torch.arange(n) if ctx.data_mode == "seed"
+                else torch.randperm(len(ctx.pool), generator=ctx.generator)[:n])
+        self._pending: torch.Tensor = ctx.pool.get(pick, ctx.device)
+        self._source = torch.full((n,), -1, dtype=torch.long)  # answer position each image augments
+        self.round = -1  # the seed set precedes round 0
+        self._track_b: Optional[nn.Module] = None
+        self._track_b_n = -1
+
+    def _train(self, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, tag: str) -> nn.Module:
+        p = self.params
+        return train_fresh(self.ctx, x, y, tag, epochs=epochs, lr=lr, momentum=p.momentum,
+                           weight_decay=p.weight_decay, batch_size=p.batch_size, lr_step=p.lr_step,
+                           lr_gamma=p.lr_gamma)
+
+    # -- the loop ----------------------------------------------------------------------
+    def next_batch_size(self, state: "EngineState") -> int:
+        """The rest of the current round (built when the previous one is fully answered)."""
+        if self._pending.shape[0] == 0:
+            self._pending, self._source = self._augment(state)
+        return int(self._pending.shape[0])
+
+    def propose(self, k: int, state: "EngineState") -> QueryBatch:
+        """The next ``k`` images of the round; ``meta["source"]``: the answer position each one
+        augments (-1 for the seed set)."""
+        if self._pending.shape[0] == 0:
+            self._pending, self._source = self._augment(state)
+        if k > self._pending.shape[0]:
+            raise ValueError(f"round {self.round} has {self._pending.shape[0]} images left, {k} were asked for")
+        x, self._pending = self._pending[:k], self._pending[k:]
+        src, self._source = self._source[:k], self._source[k:]
+        return QueryBatch(x, {"round": self.round, "augmentation": self.params.augmentation, "source": src})
+
+    def observe(self, batch: QueryBatch, output: OracleOutput, state: "EngineState") -> None:
+        if len(output) != len(batch):
+            raise ValueError(f"oracle answered {len(output)} of {len(batch)} images")
+
+    def track_b_model(self, state: "EngineState") -> nn.Module:
+        """A fresh substitute trained ``final_epochs`` epochs on everything answered so far."""
+        n = state.queries_used
+        if self._track_b_n != n:
+            x, y = (t.to(self.ctx.device) for t in state.labelled(n))
+            self._track_b = self._train(x, y, self.params.final_epochs, self.params.final_lr, f"jbda-final-{n}")
+            self._track_b_n = n
+        assert self._track_b is not None
+        return self._track_b
+
+    # -- one round of augmentation -----------------------------------------------------
+    def _augment(self, state: "EngineState") -> tuple[torch.Tensor, torch.Tensor]:
+        """The next round's images (cut to the budget left) and the answer position of each one's source."""
+        p = self.params
+        self.round += 1
+        r = self.round
+        x, y = (t.to(self.ctx.device) for t in state.labelled())
+        model = self._train(x, y, p.round_epochs, p.round_lr, f"jbda-round-{r}")
+        for q in model.parameters():
+            q.requires_grad_(False)
+        pos = torch.arange(x.shape[0])
+        if p.kappa is not None and r >= p.sigma and p.kappa < x.shape[0]:
+            keep = torch.zeros(x.shape[0], dtype=torch.bool)
+            keep[torch.randperm(x.shape[0], generator=self.ctx.generator)[: p.kappa]] = True  # answer order kept
+            x, y, pos = x[keep.to(x.device)], y[keep.to(y.device)], pos[keep]
+        left = state.budget_left
+        step = step_for_round(p.step_size, p.tau, r)
+        labels = labels_of(y)
+        out = []
+        if p.augmentation == "jb_top":
+            k = min(p.topk, self.ctx.num_classes - 1)
+            n = min(x.shape[0], -(-left // k))
+            for s in range(0, n, CHUNK):
+                xs, ls = x[s:min(n, s + CHUNK)], labels[s:min(n, s + CHUNK)]
+                order = model(xs).argsort(dim=1, descending=True)
+                targets = order[order != ls.view(-1, 1)].view(xs.shape[0], -1)[:, :k]  # image-major
+                rep = xs.repeat_interleave(k, dim=0)
+                out.append(targeted_pgd(model, rep, targets.reshape(-1), abs(step), p.pgd_alpha, p.pgd_steps))
+            source = pos[:n].repeat_interleave(k)
+        else:
+            n = min(x.shape[0], left)
+            for s in range(0, n, CHUNK):
+                xs = x[s:min(n, s + CHUNK)]
+                delta = step * fgsm_sign(model, xs, labels[s:min(n, s + CHUNK)])
+                delta = torch.minimum(torch.maximum(delta, -xs), 1.0 - xs)  # x + δ in [0, 1] (jacobian.py:316-317)
+                out.append(xs + delta if p.augmentation == "jbda" else (xs - delta).clamp(0.0, 1.0))
+            source = pos[:n]
+        return torch.cat(out)[:left].detach(), source[:left]
+
+
+__all__ = ["Jbda", "JbdaParams", "AUGMENTATIONS", "step_for_round", "fgsm_sign", "targeted_pgd"]
