@@ -1,4 +1,4 @@
-"""The ``mebench`` command: ``run``, ``victim train``, ``report`` and ``list``.
+"""The ``mebench`` command: ``run``, ``victim train|export``, ``report`` and ``list``.
 
 Config mistakes exit with status 2 and one line ``mebench: config error: ...``
 before any data is read or any run folder is created; other failures exit 1
@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "recorded in PATH.json under machine.torch_threads; default: free CPUs, at most 8, "
                    "or $OMP_NUM_THREADS)")
     t.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    e = vsub.add_parser("export", help="write a victim checkpoint as TorchScript or ONNX (victim.format)")
+    e.add_argument("checkpoint", type=Path, help="a mebench victim checkpoint, e.g. victims/mnist_lenet5.pt")
+    e.add_argument("--format", required=True, choices=("torchscript", "onnx"), help="the file format to write")
+    e.add_argument("--out", type=Path, required=True, help="output file, e.g. victims/mnist_lenet5.ts")
     # Its arguments (and --help) belong to mebench.report.cli, which main() hands them to unparsed.
     sub.add_parser("report", add_help=False,
                    help="curves, leaderboard and comparisons from runs or JSON reports (mebench report --help)")
@@ -134,6 +138,16 @@ def cmd_victim_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_victim_export(args: argparse.Namespace) -> int:
+    from mebench.victims.formats import export_victim
+
+    if not args.checkpoint.is_file():
+        raise ConfigError("checkpoint", str(args.checkpoint), "not found (train one with `mebench victim train RECIPE`)")
+    out = export_victim(args.checkpoint, args.format, args.out)
+    print(f"victim {args.checkpoint} -> {out} ({args.format}; takes normalized input, returns logits)")
+    return 0
+
+
 def cmd_report(argv: Sequence[str]) -> int:
     """``mebench report ...``: every argument goes to ``mebench.report.cli`` (its own --help and options)."""
     from mebench.report.cli import report_main
@@ -191,7 +205,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "run":
             return cmd_run(args)
         if args.command == "victim":
-            return cmd_victim_train(args)
+            return cmd_victim_export(args) if args.victim_command == "export" else cmd_victim_train(args)
         if args.command == "list":
             return cmd_list(args)
         return cmd_report(argv[1:])

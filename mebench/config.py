@@ -60,6 +60,11 @@ class VictimSection:
     output_modes_supported: tuple[str, ...] = OUTPUT_MODES
     arch: Optional[str] = None
     inference: VictimInference = VictimInference()
+    format: str = "mebench"            # mebench | torchscript | onnx | callable (mebench.victims.formats)
+    outputs: str = "logits"            # what a non-mebench model returns: logits | probs
+    layout: str = "nchw"               # a callable's input: nchw torch tensors | nhwc numpy arrays
+    normalizes: bool = False           # the model normalizes its [0, 1] input itself
+    throughput_floor: float = 100.0    # images/s below which the run warns (with its estimated time)
 
 
 @dataclass(frozen=True)
@@ -219,7 +224,9 @@ def resolve_paths(cfg: RunConfig, config_dir: Path) -> RunConfig:
     absolute path; one found in neither place is kept, and ``check_paths``
     names both places tried.
     """
-    ref = _from_config_dir(cfg.victim.checkpoint_ref, config_dir)
+    ref = cfg.victim.checkpoint_ref
+    if cfg.victim.format != "callable":  # a callable is "package.module:function", not a path
+        ref = _from_config_dir(ref, config_dir)
     root = cfg.dataset.data_root and _from_config_dir(cfg.dataset.data_root, config_dir)
     return dataclasses.replace(cfg, victim=dataclasses.replace(cfg.victim, checkpoint_ref=ref),
                                dataset=dataclasses.replace(cfg.dataset, data_root=root))

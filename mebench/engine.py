@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -31,6 +32,7 @@ from mebench.data.profiles import DatasetProfile, get_profile
 from mebench.defenses import DEFENSES, Defense, DefenseContext, build_answers, make_defense
 from mebench.defenses.detection import Detector, benign_streams, feed
 from mebench.defenses.utility import utility_cost
+from mebench.errors import SlowVictimWarning
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
 from mebench.oracle import AnswerPipeline, Oracle
@@ -43,7 +45,7 @@ from mebench.training.track_a import TrackASpec, TrackATrainer
 from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
 from mebench.types import CheckpointResult
 from mebench.validation import attack_params, defense_params, seed_pool_size, validate
-from mebench.victims.load import load_victim_module
+from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
 from mebench.victims.wrapper import FrozenVictim
 
 DISCLAIMER_9 = (
@@ -106,8 +108,13 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
     root = resolve_data_root(cfg.dataset.data_root, command)
     test_x, test_y = load_split(profile.name, root, False, cfg.dataset.download, command)
     num_classes = profile.num_classes
-    net, meta = load_victim_module(cfg.victim, num_classes)
+    net, meta = build_victim(cfg.victim, num_classes)
     victim = FrozenVictim(net, device)
+    rate = measure_throughput(victim.logits, (cfg.victim.channels, *cfg.victim.input_size), device)
+    meta["throughput_images_per_s"] = rate
+    slow = throughput_warning(rate, cfg.victim.throughput_floor, cfg.budget.max_budget)
+    if slow:
+        warnings.warn(slow, SlowVictimWarning, stacklevel=2)
     answers = build_answers(victim, cfg.victim.temperature)  # the reference the metrics compare with
     evaluator = Evaluator(test_x, test_y, answers.reference_probs(test_x), cfg.attack.output_mode == "soft_prob", device)
     meta["test_accuracy_measured"] = evaluator.victim_accuracy()

@@ -65,3 +65,7 @@ class OutputExistsError(MebenchError, FileExistsError):
 
 class DivergenceError(MebenchError, FloatingPointError):
     """Training produced a NaN or infinite loss; the cell stops instead of reporting NaN."""
+
+
+class SlowVictimWarning(UserWarning):
+    """The victim answers fewer images per second than ``victim.throughput_floor``."""

@@ -368,6 +368,8 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
     if defense.get("label"):
         raw["defense"]["label"] = str(defense["label"])
     ref = raw["victim"].get("checkpoint_ref")
+    if raw["victim"].get("format") == "callable":
+        ref = None  # "package.module:function", not a file
     if isinstance(ref, str) and ref and not Path(ref).is_absolute():
         raw["victim"]["checkpoint_ref"] = ref = str(rootdir / ref)  # benchmark paths are relative to the rootdir
     if isinstance(ref, str) and ref and not Path(ref).is_file():

@@ -23,7 +23,7 @@ from mebench.registry import unknown_name_message
 from mebench.training.loop import OPTIMIZER_NAMES
 from mebench.naming import LABEL_RE
 from mebench.types import DATA_MODES, OUTPUT_MODES
-from mebench.victims.load import check_victim_checkpoint
+from mebench.victims.formats import FORMATS, LAYOUTS, OUTPUTS, check_victim
 
 
 def load_config(path: str | Path, overrides: Optional[Mapping[str, Any]] = None,
@@ -54,7 +54,7 @@ def check_paths(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_fro
     """
 
     ref = cfg.victim.checkpoint_ref
-    if not Path(ref).is_file():
+    if cfg.victim.format != "callable" and not Path(ref).is_file():
         what = "is a folder, not a checkpoint file" if Path(ref).is_dir() else f"not found {describe_places(ref, config_dir)}"
         raise ConfigError("victim.checkpoint_ref", ref,
                           f"victim checkpoint {what} (train one with `mebench victim train RECIPE`)")
@@ -64,7 +64,7 @@ def check_paths(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_fro
         raise ConfigError("dataset.data_root", root, f"data folder not found {tried} "
                           "(or set dataset.download: true / pass --download to fetch the dataset there)")
     try:
-        check_victim_checkpoint(cfg.victim, PROFILES.get(cfg.dataset.name).num_classes)
+        check_victim(cfg.victim, PROFILES.get(cfg.dataset.name).num_classes)
     except VictimLoadError as e:
         raise ConfigError("victim.checkpoint_ref", ref, e.reason) from None
 
@@ -261,6 +261,22 @@ def _check_victim(cfg: RunConfig) -> None:
                           f"mean and std need one value per channel ({v.channels}) (§2.2)")
     if any(s <= 0 for s in n.std):
         raise ConfigError("victim.normalization.std", list(n.std), "every std must be > 0")
+    if v.format not in FORMATS:
+        raise ConfigError("victim.format", v.format, f"must be one of {', '.join(FORMATS)}")
+    if v.outputs not in OUTPUTS:
+        raise ConfigError("victim.outputs", v.outputs, f"must be one of {', '.join(OUTPUTS)}")
+    if v.layout not in LAYOUTS:
+        raise ConfigError("victim.layout", v.layout, f"must be one of {', '.join(LAYOUTS)}")
+    if v.layout != "nchw" and v.format != "callable":
+        raise ConfigError("victim.layout", v.layout, f"only a callable victim takes NHWC arrays, not format {v.format}")
+    if v.format == "mebench" and (v.outputs != "logits" or v.normalizes):
+        key, value = ("victim.outputs", v.outputs) if v.outputs != "logits" else ("victim.normalizes", True)
+        raise ConfigError(key, value, "a mebench checkpoint holds the unnormalized network returning logits; "
+                                      "victim.outputs and victim.normalizes describe the other formats")
+    if v.format != "mebench" and v.arch is not None:
+        raise ConfigError("victim.arch", v.arch, f"only a mebench checkpoint has an architecture, not format {v.format}")
+    if not v.throughput_floor >= 0:
+        raise ConfigError("victim.throughput_floor", v.throughput_floor, "must be >= 0 images/s")
     for key, arch in (("substitute.arch", cfg.substitute.arch), ("victim.arch", v.arch)):
         if arch is not None and arch not in MODELS:
             raise ConfigError(key, arch, unknown_name_message("model", arch, MODELS.names()))
