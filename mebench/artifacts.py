@@ -35,7 +35,7 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -52,7 +52,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    _atomic_write_bytes(Path(path), text.encode("utf-8"))
+    atomic_write_bytes(Path(path), text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -63,7 +63,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 def atomic_save_torch(obj: Any, path: Path) -> None:
     buf = io.BytesIO()
     torch.save(obj, buf)
-    _atomic_write_bytes(Path(path), buf.getvalue())
+    atomic_write_bytes(Path(path), buf.getvalue())
 
 
 def metrics_row(r: CheckpointResult, ident: dict[str, str]) -> dict[str, Any]:

@@ -47,3 +47,11 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def ray_address(text: str) -> str:
+    """``--ray`` value: ``auto`` (a running cluster), ``local`` (start one here), ``ray://host:port`` or ``host:port``."""
+    value = text.strip()
+    if value in ("auto", "local") or value.startswith("ray://") or (":" in value and value.rsplit(":", 1)[1].isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"--ray takes auto, local, ray://host:port or host:port; got {text!r}")

@@ -10,11 +10,13 @@ folder imports in its ``conftest.py``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 
 from mebench import hookspec
 from mebench.cost import LARGE_CPU_HOURS, LARGE_MAX_BUDGET
-from mebench.options import budget_list, gpu_list, int_list, positive_int
+from mebench.options import budget_list, gpu_list, int_list, positive_int, ray_address
 from mebench.session import BenchSession
 
 BENCH_KEY = pytest.StashKey[BenchSession]()
@@ -46,6 +48,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="replace the grid's seeds, e.g. 0 or 0,1")
     g.addoption("--gpus", dest="mebench_gpus", metavar="LIST", nargs="?", const="all", type=gpu_list, default=None,
                 help="run cells on CUDA: xdist worker gwN uses GPU N mod count; '--gpus 0,2' restricts the set")
+    g.addoption("--ray", dest="mebench_ray", metavar="ADDRESS", default=None, type=ray_address,
+                help="run each selected cell as a Ray task (pip install 'mebench[ray]'): auto (a running cluster), "
+                     "local (start one here), ray://host:port or host:port; not with -n")
     g.addoption("--mebench-threads", metavar="N", type=positive_int, default=None,
                 help="torch CPU threads in every process that runs cells (results depend on it; default: torch's)")
     g.addoption("--mebench-allow-large", action="store_true",
@@ -70,6 +75,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if not any(line.split(":")[0].strip() == name for line in config.getini("markers")):
             config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[BENCH_KEY] = bench = BenchSession(config)
+    if config.getoption("mebench_ray", None):
+        _check_ray(config)
     if not bench.is_worker:
         config.pluginmanager.register(_ResultListener(bench), "mebench-results")
         bench.gpu_warning = bench.check_gpus()  # said once, at the start (pytest_sessionstart)
@@ -105,6 +112,20 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     return bench_session(config).collection_lines()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> Optional[bool]:
+    """``--ray``: cells run as Ray tasks (``mebench.harness.ray_executor``); other tests run here."""
+    if not session.config.getoption("mebench_ray", None) or session.config.option.collectonly:
+        return None
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} error{'s' if session.testsfailed > 1 else ''} "
+                                  "during collection")
+    from mebench.harness.ray_executor import RayLoop
+
+    RayLoop(session, bench_session(session.config)).run()
+    return True
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Controller: write the JSON report and the seed aggregate."""
     bench_session(session.config).finish()
@@ -117,6 +138,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         terminalreporter.write_sep("=", "mebench results")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def _check_ray(config: pytest.Config) -> None:
+    """``--ray`` needs Ray and replaces xdist's loop, so it cannot be combined with ``-n``."""
+    if getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError("--ray runs every cell as a Ray task; it cannot be combined with -n (xdist)")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise pytest.UsageError("--ray needs Ray: pip install 'mebench[ray]'")
 
 
 class _ResultListener:
