@@ -12,6 +12,7 @@ batches: there is no per-image Python loop.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -60,3 +61,63 @@ def grow_pool(seeds: torch.Tensor, size: int, g: torch.Generator, chunk: int = 8
         src = seeds[torch.arange(start, stop) % n_seed].float().div_(255.0)
         out[start:stop] = random_affine_jitter(src, g).mul_(255.0).round_().to(torch.uint8)
     return out
+
+
+def crop_flip(x: torch.Tensor, pad: int = 4, g: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Random crop with ``pad`` zero padding and random horizontal flip, for a whole batch at once
+    (``g``: the generator to draw from, on ``x``'s device; ``None``: torch's global one)."""
+    n, _, h, w = x.shape
+    dev = x.device
+    padded = F.pad(x, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (n,), device=dev, generator=g)
+    dx = torch.randint(0, 2 * pad + 1, (n,), device=dev, generator=g)
+    out = _crop(padded, dy, dx, h, w)
+    flip = torch.rand(n, device=dev, generator=g) < 0.5
+    out[flip] = out[flip].flip(3)
+    return out
+
+
+def _crop(padded: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    n, c = padded.shape[:2]
+    iy = (dy.view(n, 1) + torch.arange(h, device=padded.device)).view(n, 1, h, 1)
+    ix = (dx.view(n, 1) + torch.arange(w, device=padded.device)).view(n, 1, 1, w)
+    b = torch.arange(n, device=padded.device).view(n, 1, 1, 1)
+    ch = torch.arange(c, device=padded.device).view(1, c, 1, 1)
+    return padded[b, ch, iy, ix]
+
+
+def auto_augment(x: torch.Tensor, g: torch.Generator, policy: str = "cifar10") -> torch.Tensor:
+    """torchvision's AutoAugment with one random sub-policy per image, for a whole batch at once.
+
+    ``x``: float pixels in ``[0, 1]``, ``[N, C, H, W]``. Each image draws its sub-policy, each
+    op's coin flip and each signed op's sign from ``g`` (on the CPU), exactly the draws
+    ``torchvision.transforms.AutoAugment`` makes per image; images that drew the same
+    sub-policy, flip and sign share one batched op call (at most 25 sub-policies × 2 ops × 2
+    signs calls, whatever the batch size). Ops run on 8-bit images, so the result is quantized
+    to multiples of 1/255.
+    """
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import autoaugment as aa
+
+    tf = aa.AutoAugment(aa.AutoAugmentPolicy(policy))
+    n, _, h, w = x.shape
+    space = tf._augmentation_space(10, (h, w))
+    out = x.detach().clamp(0.0, 1.0).mul(255.0).round().to(torch.uint8)
+    pid = torch.randint(len(tf.policies), (n,), generator=g)
+    coin = torch.rand(n, 2, generator=g)
+    sign = torch.randint(2, (n, 2), generator=g)
+    for k in pid.unique().tolist():
+        rows = (pid == k).nonzero().flatten().to(out.device)
+        sub = out[rows]
+        for j, (op, p, mag_id) in enumerate(tf.policies[k]):
+            mags, signed = space[op]
+            mag = float(mags[mag_id].item()) if mag_id is not None else 0.0
+            apply = (coin[pid == k, j] <= p).to(out.device)
+            negative = (sign[pid == k, j] == 0).to(out.device) & signed
+            for neg in (False, True):
+                m = apply & (negative if neg else ~negative)
+                if bool(m.any()):
+                    sub[m] = aa._apply_op(sub[m], op, -mag if neg else mag,
+                                          interpolation=InterpolationMode.NEAREST, fill=None)
+        out[rows] = sub
+    return out.float().div_(255.0)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from mebench.artifacts import atomic_write_json
 from mebench.config import build_dataclass, read_yaml_file
+from mebench.data.augment import crop_flip
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.profiles import PROFILES, get_profile
 from mebench.errors import ConfigError
@@ -85,28 +86,6 @@ def zoo_recipes(folder: Path, zoo: Optional[str] = None) -> list[tuple[Path, Vic
         zoos = sorted({r.zoo for _, r in found if r.zoo})
         raise ConfigError("zoo", zoo, f"no recipe in {folder} belongs to it; zoos: {', '.join(zoos) or 'none'}")
     return members
-
-
-def crop_flip(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
-    """Random crop with ``pad`` zero padding and random horizontal flip, for a whole batch at once."""
-    n, _, h, w = x.shape
-    dev = x.device
-    padded = F.pad(x, (pad, pad, pad, pad))
-    dy = torch.randint(0, 2 * pad + 1, (n,), device=dev)
-    dx = torch.randint(0, 2 * pad + 1, (n,), device=dev)
-    out = _crop(padded, dy, dx, h, w)
-    flip = torch.rand(n, device=dev) < 0.5
-    out[flip] = out[flip].flip(3)
-    return out
-
-
-def _crop(padded: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    n, c = padded.shape[:2]
-    iy = (dy.view(n, 1) + torch.arange(h, device=padded.device)).view(n, 1, h, 1)
-    ix = (dx.view(n, 1) + torch.arange(w, device=padded.device)).view(n, 1, 1, w)
-    b = torch.arange(n, device=padded.device).view(n, 1, 1, 1)
-    ch = torch.arange(c, device=padded.device).view(1, c, 1, 1)
-    return padded[b, ch, iy, ix]
 
 
 def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = None,

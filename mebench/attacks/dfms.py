@@ -1,0 +1,454 @@
+"""DFMS and DFMS-HL: model stealing with a GAN pretrained on a proxy distribution.
+
+Sanyal, Addepalli, Babu, "Towards Data-Free Model Stealing in a Hard Label Setting", CVPR 2022
+(arXiv:2204.11022). A DCGAN learns the proxy distribution (the attacker's surrogate pool: for an
+MNIST victim, FashionMNIST; never the victim's own data); the clone is first trained on
+victim-labelled proxy and GAN images, the generator is then pushed towards images the clone
+spreads over all classes (the class-diversity loss), and the attack alternates clone, generator
+and discriminator steps on fresh GAN images labelled by the victim.
+
+Reference code: github.com/val-iisc/Hard-Label-Model-Stealing at d2e3010 (hard labels, CIFAR-10
+victims only; ``file:line`` in that tree; RS = run_cifar10_rand_class_resnet.sh, DC =
+code/train_generator/dcgan.py, TG = train_gen.py, TGC = train_generator_clone.py, TS =
+code/train_student/train_student.py). Its stages, and what each costs here:
+
+1. DCGAN on the proxy pool (RS:4, DC:287-371): Adam 2e-4, betas (0.5, 0.999), batch 64,
+   non-saturating BCE, ``gan_epochs`` over the pool. No query.
+2. Initial set (TS:305-402): ``n_init`` images, ``proxy_ratio`` of them drawn from the pool
+   without replacement, the rest sampled from the GAN, labelled by the victim: ``n_init`` queries.
+   ``n_init = ceil(init_fraction · max_budget)``: the reference spends 50,000 of its 8M queries
+   (0.625 %) on each initial set; here the same share of the run's budget.
+3. Clone from scratch on that set (TS:93-95, 517-520): SGD 0.1, momentum 0.9, weight decay 5e-4,
+   cosine over ``clone_epochs`` epochs, batch 128, pad-4 crop and flip.
+4. DivGAN (RS:20, TG:403-499): the stage-1 generator, a fresh discriminator, the stage-3 clone
+   frozen; generator loss BCE + ``div_weight_divgan`` · Σ ᾱ log ᾱ (ᾱ: the clone's mean softmax
+   over the batch), ``divgan_epochs`` epochs over the pool. No query.
+5. A second initial set from the pool and the DivGAN generator (``n_init`` queries) and a new
+   clone from scratch on it (RS:24).
+6. The attack (RS:33, TGC:522-754), ``batch_size`` queries per iteration until the budget is
+   spent: ``x = G(z)``; the victim labels an AutoAugment copy of ``x`` (one random CIFAR
+   sub-policy per image, TGC:539-546) and the clone takes one SGD step on it (lr
+   ``student_lr`` = 0.01, momentum 0.9, weight decay 5e-4, cosine over the iterations); the
+   generator takes one Adam step on BCE(D(x), 1) + ``div_weight`` · Σ ᾱ log ᾱ with the updated
+   clone in eval mode; the discriminator one step on a real pool batch against ``x``.
+
+The ``Params`` defaults, one ``- field = default  (source)`` per line:
+
+- batch_size = 64  (RS:33 --batch_size 64; DC batch 64)
+- latent_dim = 100  (code/train_generator/dcgan_model.py nz)
+- generator_width = 64  (dcgan_model.py ngf)
+- disc_width = 64  (dcgan_model.py ndf)
+- gan_epochs = 200  (RS:4 --niter 200)
+- divgan_epochs = 100  (RS:20 --niter 100)
+- gan_lr = 0.0002  (DC:82-83, TG:313-314, TGC:144-145)
+- gan_beta1 = 0.5  (DC:258-259)
+- div_weight_divgan = 10.0  (RS:20 --d_l 10)
+- div_weight = 500.0  (RS:33 --d_l 500; TGC:164)
+- init_fraction = 0.00625  (TS:234-240: 50,000 images per initial set, of NQ = 8M)
+- proxy_ratio = 0.5  (TS:305-335: 40-class and synthetic proxies, half proxy, half GAN)
+- clone_epochs = 200  (TS:93-95 cosine T_max 200)
+- gan_pool_size = None  (the whole pool; the reference's proxies hold 5k, 20k or 50k images, DC:139-174)
+- clone_lr = 0.1  (TS:93)
+- clone_batch_size = 128  (TS:213)
+- student_lr = 0.01  (TGC:160)
+- momentum = 0.9  (TS:93, TGC:423)
+- weight_decay = 0.0005  (TS:93, TGC:423)
+
+``dfms`` is the soft-label variant: the same procedure with the clone's loss the KL divergence
+to the victim's probabilities (the released code holds no soft-label code; the paper's DFMS-SL
+loss is not given in it, so this is mebench's choice). ``dfms_hl`` reads top-1 labels only and is
+refused for ``soft_prob``. Architectures (28×28 and 8×8 inputs, not the reference's 32×32): the
+generator is mebench's DFME/MAZE generator family with a learned last batch norm and ``tanh``
+(pixels ``(tanh(a) + 1) / 2``, the reference's [-1, 1] images seen by a victim normalised with
+0.5, 0.5); the discriminator is a DCGAN one (4×4 stride-2 convolutions, batch norm, leaky ReLU
+0.2) ending in a linear layer. Deviations and their measured effect are listed in the README
+("DFMS and DFMS-HL").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mebench.attacks.base import Attack, AttackContext, fresh_substitute, register_attack
+from mebench.attacks.dfme import draw_seed
+from mebench.data.augment import auto_augment, crop_flip
+from mebench.errors import ConfigError, DivergenceError
+from mebench.models.generators import seeded_generator, to_pixels
+from mebench.seeding import derive_seed
+from mebench.training.loop import OptimizerSpec, make_optimizer
+from mebench.training.losses import loss_for
+from mebench.types import OracleOutput, QueryBatch
+
+if TYPE_CHECKING:
+    from mebench.data.pools import Pool
+    from mebench.state import EngineState
+
+
+@dataclass(frozen=True)
+class Params:
+    """DFMS hyperparameters; the defaults are the reference's (module docstring)."""
+
+    batch_size: int = 64
+    latent_dim: int = 100
+    generator_width: int = 64
+    disc_width: int = 64
+    gan_epochs: int = 200
+    divgan_epochs: int = 100
+    gan_lr: float = 2e-4
+    gan_beta1: float = 0.5
+    div_weight_divgan: float = 10.0
+    div_weight: float = 500.0
+    init_fraction: float = 0.00625
+    proxy_ratio: float = 0.5
+    clone_epochs: int = 200
+    gan_pool_size: Optional[int] = None
+    clone_lr: float = 0.1
+    clone_batch_size: int = 128
+    student_lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+
+
+def init_set_size(p: Params, max_budget: int) -> int:
+    """Images in each of the two initial sets (at most half the budget each)."""
+    return min(max(1, math.ceil(p.init_fraction * max_budget)), max(1, max_budget // 2))
+
+
+def proxy_count(p: Params, n_init: int) -> int:
+    return int(round(p.proxy_ratio * n_init))
+
+
+def diversity_loss(logits: torch.Tensor) -> torch.Tensor:
+    """Σ_j ᾱ_j log ᾱ_j with ᾱ the batch-mean softmax (TG:444-451): minimal when the batch covers all classes."""
+    mean = F.softmax(logits, dim=1).mean(dim=0)
+    return (mean * mean.clamp_min(1e-12).log()).sum()
+
+
+class Discriminator(nn.Module):
+    """DCGAN discriminator for ``(C, H, W)`` images in [-1, 1]: one logit per image."""
+
+    def __init__(self, shape: tuple[int, int, int], ndf: int = 64) -> None:
+        super().__init__()
+        c, h, w = shape
+        layers: list[nn.Module] = [nn.Conv2d(c, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True)]
+        width, size = ndf, (h // 2, w // 2)
+        while min(size) >= 4 and len(layers) < 8:  # 28 -> 14 -> 7 -> 3, 32 -> 16 -> 8 -> 4 -> 2, 8 -> 4 -> 2
+            layers += [nn.Conv2d(width, 2 * width, 4, 2, 1, bias=False), nn.BatchNorm2d(2 * width),
+                       nn.LeakyReLU(0.2, inplace=True)]
+            width, size = 2 * width, (size[0] // 2, size[1] // 2)
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(width * size[0] * size[1], 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1)).squeeze(1)
+
+
+def dcgan_init(module: nn.Module) -> None:
+    """DCGAN initialisation (DC:201-207): convolutions N(0, 0.02), batch norm weight N(1, 0.02), bias 0."""
+    for m in module.modules():
+        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d) and m.affine:
+            nn.init.normal_(m.weight, 1.0, 0.02)
+            nn.init.zeros_(m.bias)
+
+
+@register_attack
+class DFMS(Attack):
+    """DFMS with soft labels (``dfms``); :class:`DFMSHL` is the hard-label attack of the paper.
+
+    The two initial sets are proposed as they are due (several engine batches when a
+    checkpoint falls inside one); the GAN stages run before the first and between the sets,
+    spending no query; then every engine batch is one attack iteration of ``batch_size``
+    images (fewer where a checkpoint or the budget's end is near).
+    """
+
+    name = "dfms"
+    paper = "Sanyal, Addepalli, Babu, Towards Data-Free Model Stealing in a Hard Label Setting, CVPR 2022"
+    data_modes = frozenset({"surrogate"})
+    output_modes = frozenset({"soft_prob"})
+    output_mode_reason = "dfms learns the victim's probabilities; its hard-label attack is dfms_hl"
+    state_dependent_queries = True
+    has_track_b = True
+    Params = Params
+
+    @classmethod
+    def check_params(cls, params: Params, max_budget: int, checkpoints: tuple[int, ...]) -> None:
+        for key in ("batch_size", "latent_dim", "generator_width", "disc_width", "clone_batch_size"):
+            value = getattr(params, key)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"attack.params.{key}", value, "must be a positive integer")
+        for key in ("gan_epochs", "divgan_epochs", "clone_epochs"):
+            value = getattr(params, key)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"attack.params.{key}", value, "must be an integer >= 0")
+        for key in ("gan_lr", "clone_lr", "student_lr"):
+            if not getattr(params, key) > 0:
+                raise ConfigError(f"attack.params.{key}", getattr(params, key), "must be > 0")
+        for key in ("gan_beta1", "momentum"):
+            if not 0 <= getattr(params, key) < 1:
+                raise ConfigError(f"attack.params.{key}", getattr(params, key), "must be in [0, 1)")
+        for key in ("div_weight", "div_weight_divgan", "weight_decay"):
+            if getattr(params, key) < 0:
+                raise ConfigError(f"attack.params.{key}", getattr(params, key), "must be >= 0")
+        if not 0 < params.init_fraction <= 0.5:
+            raise ConfigError("attack.params.init_fraction", params.init_fraction,
+                              "must be in (0, 0.5]: two initial sets share at most the whole budget")
+        if params.gan_pool_size is not None and (not isinstance(params.gan_pool_size, int) or params.gan_pool_size < 2):
+            raise ConfigError("attack.params.gan_pool_size", params.gan_pool_size,
+                              "must be an integer >= 2 (pool images the GAN learns from), or null for the whole pool")
+        if not 0 <= params.proxy_ratio <= 1:
+            raise ConfigError("attack.params.proxy_ratio", params.proxy_ratio, "must be in [0, 1]")
+
+    @classmethod
+    def required_pool_size(cls, params: Any, max_budget: int) -> int:
+        """Both initial sets' proxy images, all distinct; the discriminator's real batches reuse the pool."""
+        return max(2 * proxy_count(params, init_set_size(params, max_budget)), 1)
+
+    def __init__(self, ctx: AttackContext) -> None:
+        super().__init__(ctx)
+        if ctx.output_mode not in self.output_modes:
+            raise ConfigError("attack.output_mode", ctx.output_mode, self.output_mode_reason)
+        if ctx.pool is None:
+            raise ConfigError("dataset.data_mode", ctx.data_mode, f"{self.name} needs the surrogate pool as its proxy data")
+        self.hp: Params = ctx.params
+        self.pool: "Pool" = ctx.pool
+        self.device = ctx.device
+        seed = draw_seed(ctx)
+        self.rng = torch.Generator().manual_seed(seed + 1)             # latent codes, proxy draws (CPU)
+        self.aug_rng = torch.Generator().manual_seed(seed + 2)         # AutoAugment and crop/flip
+        self.generator = seeded_generator(self.hp.latent_dim, ctx.input_shape, self.hp.generator_width, seed,
+                                          head_affine=True).to(self.device)
+        self.clone = fresh_substitute(ctx, "dfms-clone-0").to(self.device)
+        self.loss = loss_for(ctx.output_mode)
+        self.n_init = init_set_size(self.hp, ctx.max_budget)
+        self.n_proxy = proxy_count(self.hp, self.n_init)
+        order = torch.randperm(len(self.pool), generator=self.rng)
+        self.proxy_index = order[: 2 * self.n_proxy]   # the initial sets' pool images, never reused
+        gan_n = len(self.pool) if self.hp.gan_pool_size is None else min(self.hp.gan_pool_size, len(self.pool))
+        self.gan_index = torch.randperm(len(self.pool), generator=self.rng)[:gan_n].sort().values  # the GAN's proxy
+        self.proxy_used: list[torch.Tensor] = []       # every pool index sent to the victim or to D
+        self.stage = 0                                  # 0, 1: initial sets; 2: the attack loop
+        self.queue: Optional[torch.Tensor] = None       # images of the current initial set not yet sent
+        self.answers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.pending: Optional[tuple[QueryBatch, Optional[torch.Tensor]]] = None
+        self.iterations = max(1, math.ceil((ctx.max_budget - 2 * self.n_init) / self.hp.batch_size))
+        self.iteration = 0
+        self.disc: Optional[Discriminator] = None
+        self.opt_g = self.opt_d = self.opt_c = None
+
+    # -- helpers ------------------------------------------------------------------------
+    def _pixels(self, pre: torch.Tensor) -> torch.Tensor:
+        return to_pixels(pre, "unit_tanh", self.ctx.profile.mean, self.ctx.profile.std)
+
+    def _sample(self, n: int, grad: bool = False) -> torch.Tensor:
+        z = torch.randn(n, self.hp.latent_dim, generator=self.rng).to(self.device)
+        self.generator.train()
+        with torch.set_grad_enabled(grad):
+            return self._pixels(self.generator(z))
+
+    def _real(self, n: int) -> torch.Tensor:
+        idx = self.gan_index[torch.randint(len(self.gan_index), (n,), generator=self.rng)]
+        self.proxy_used.append(idx)
+        return self.pool.get(idx, self.device)
+
+    def _new_gan(self) -> None:
+        d = Discriminator(self.ctx.input_shape, self.hp.disc_width)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(self.ctx.seed, f"dfms-disc-{self.stage}"))
+            dcgan_init(d)
+        self.disc = d.to(self.device)
+        betas = (self.hp.gan_beta1, 0.999)
+        self.opt_d = torch.optim.Adam(self.disc.parameters(), lr=self.hp.gan_lr, betas=betas)
+        self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=self.hp.gan_lr, betas=betas)
+
+    def _gan_step(self, real: torch.Tensor, fake: torch.Tensor, div: float,
+                  clone: Optional[nn.Module]) -> None:
+        """One discriminator step, then one generator step (BCE, plus the diversity term on ``clone``)."""
+        assert self.disc is not None and self.opt_d is not None and self.opt_g is not None
+        ones = torch.ones(len(real), device=self.device)
+        zeros = torch.zeros(len(fake), device=self.device)
+        d_loss = (F.binary_cross_entropy_with_logits(self.disc(real * 2 - 1), ones)
+                  + F.binary_cross_entropy_with_logits(self.disc(fake.detach() * 2 - 1), zeros))
+        self.opt_d.zero_grad(set_to_none=True)
+        d_loss.backward()
+        self.opt_d.step()
+        g_loss = F.binary_cross_entropy_with_logits(self.disc(fake * 2 - 1), torch.ones(len(fake), device=self.device))
+        if clone is not None and div > 0:
+            g_loss = g_loss + div * diversity_loss(clone(fake))
+        self.opt_g.zero_grad(set_to_none=True)
+        g_loss.backward()
+        self.opt_g.step()
+        if not (bool(torch.isfinite(d_loss)) and bool(torch.isfinite(g_loss))):
+            raise DivergenceError(f"{self.name}: GAN loss is NaN/inf (stage {self.stage})")
+
+    def _train_gan(self, epochs: int, div: float, clone: Optional[nn.Module]) -> None:
+        """``epochs`` passes over the GAN's proxy images in batches of ``batch_size`` (stages 1 and 4; no query)."""
+        self._new_gan()
+        if clone is not None:
+            clone.eval()
+            for p in clone.parameters():
+                p.requires_grad_(False)
+        b = self.hp.batch_size
+        for _ in range(epochs):
+            for pos in torch.randperm(len(self.gan_index), generator=self.rng).split(b):
+                if len(pos) < 2:
+                    continue
+                idx = self.gan_index[pos]
+                self.proxy_used.append(idx)
+                self._gan_step(self.pool.get(idx, self.device), self._sample(len(idx), grad=True), div, clone)
+        if clone is not None:
+            for p in clone.parameters():
+                p.requires_grad_(True)
+
+    def _train_clone(self, x: torch.Tensor, y: torch.Tensor, tag: str) -> nn.Module:
+        """A clone from scratch: SGD, cosine over ``clone_epochs`` epochs, pad-crop and flip (TS)."""
+        model = fresh_substitute(self.ctx, tag).to(self.device)
+        if len(x) < 2:  # nothing to train on without breaking batch-norm clones
+            return model
+        hp = self.hp
+        opt = make_optimizer(model.parameters(), OptimizerSpec(name="sgd", lr=hp.clone_lr, momentum=hp.momentum,
+                                                               weight_decay=hp.weight_decay))
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, hp.clone_epochs))
+        order = torch.Generator().manual_seed(derive_seed(self.ctx.seed, tag + "-order"))
+        model.train()
+        finite = torch.ones((), dtype=torch.bool, device=x.device)
+        for _ in range(hp.clone_epochs):
+            for idx in torch.randperm(len(x), generator=order).split(hp.clone_batch_size):
+                if len(idx) < 2:  # a one-image step would break batch-norm clones
+                    continue
+                idx = idx.to(x.device)
+                loss = self.loss(model(crop_flip(x[idx], 4, self.aug_gen(x.device))), y[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                finite &= torch.isfinite(loss.detach())
+            sched.step()
+        if not bool(finite):
+            raise DivergenceError(f"{self.name}: the initial clone's loss became NaN/inf ({tag})")
+        return model
+
+    def aug_gen(self, device: torch.device) -> Optional[torch.Generator]:
+        """The augmentation generator where crop_flip draws (CPU runs only; CUDA uses the seeded global RNG)."""
+        return self.aug_rng if device.type == "cpu" else None
+
+    # -- stages -------------------------------------------------------------------------
+    def _start_initial_set(self) -> None:
+        proxy = self.proxy_index[self.stage * self.n_proxy:(self.stage + 1) * self.n_proxy]
+        self.proxy_used.append(proxy)
+        parts = [self.pool.get(proxy, self.device)] if len(proxy) else []
+        if self.n_init - len(proxy) > 0:
+            parts.append(self._sample(self.n_init - len(proxy)))
+        self.queue = torch.cat(parts) if len(parts) > 1 else parts[0]
+        self.answers = []
+
+    def _finish_initial_set(self) -> None:
+        x = torch.cat([a for a, _ in self.answers])
+        y = torch.cat([b for _, b in self.answers])
+        self.clone = self._train_clone(x, y, f"dfms-clone-{self.stage + 1}")
+        self.stage += 1
+        self.queue = None
+        if self.stage == 1:  # stage 4: DivGAN against the frozen first clone, then the second set
+            self._train_gan(self.hp.divgan_epochs, self.hp.div_weight_divgan, self.clone)
+            self._start_initial_set()
+        else:  # the attack loop: a fresh discriminator, the clone's own optimizer
+            self._new_gan()
+            self.opt_c = torch.optim.SGD(self.clone.parameters(), lr=self.hp.student_lr, momentum=self.hp.momentum,
+                                         weight_decay=self.hp.weight_decay)
+
+    def next_batch_size(self, state: "EngineState") -> int:
+        if self.stage < 2:
+            left = self.n_init if self.queue is None else len(self.queue)
+            return max(1, min(left, state.budget_left))
+        return max(1, min(self.hp.batch_size, state.budget_left))
+
+    def propose(self, k: int, state: "EngineState") -> QueryBatch:
+        if k < 1:
+            raise ValueError(f"{self.name}: propose needs k >= 1 images, got {k}")
+        if self.pending is not None:
+            raise RuntimeError(f"{self.name}: propose called twice without observe")
+        if self.stage == 0 and self.queue is None:
+            self._train_gan(self.hp.gan_epochs, 0.0, None)  # stage 1: the DCGAN on the proxy pool
+            self._start_initial_set()
+        if self.stage < 2:
+            assert self.queue is not None
+            x, self.queue = self.queue[:k], self.queue[k:]
+            if len(x) < k:  # the initial set is shorter than the engine offered: fill with GAN images
+                x = torch.cat([x, self._sample(k - len(x))])
+            batch = QueryBatch(x.detach(), {"phase": f"initial_set_{self.stage + 1}"})
+            self.pending = (batch, None)
+            return batch
+        fake = self._sample(k, grad=True)
+        x = auto_augment(fake, self.aug_rng).to(self.device)  # the victim labels an augmented copy
+        if not bool(torch.isfinite(fake).all()):
+            raise DivergenceError(f"{self.name}: the generator produced NaN/inf images at iteration {self.iteration}")
+        batch = QueryBatch(x, {"phase": "attack", "iteration": self.iteration})
+        self.pending = (batch, fake)
+        return batch
+
+    def observe(self, batch: QueryBatch, output: OracleOutput, state: "EngineState") -> None:
+        pending, self.pending = self.pending, None
+        if pending is None or batch is not pending[0]:
+            raise RuntimeError(f"{self.name}: observe must answer the batch of the last propose")
+        if output.kind != self.ctx.output_mode:
+            raise ConfigError("victim.output_mode", output.kind, self.output_mode_reason)
+        y = output.y.to(self.device)
+        x = batch.x.to(self.device)
+        if self.stage < 2:
+            self.answers.append((x, y))
+            if self.queue is not None and len(self.queue) == 0:
+                self._finish_initial_set()
+            return
+        fake = pending[1]
+        assert fake is not None and self.opt_c is not None
+        self._set_student_lr()
+        if len(x) >= 2:  # one clone step on the victim-labelled augmented copy (TGC:547-562)
+            self.clone.train()
+            loss = self.loss(self.clone(x), y)
+            if not bool(torch.isfinite(loss)):
+                raise DivergenceError(f"{self.name}: clone loss is NaN/inf at iteration {self.iteration}")
+            self.opt_c.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt_c.step()
+            self.clone.eval()
+            for p in self.clone.parameters():
+                p.requires_grad_(False)
+            try:
+                self._gan_step(self._real(len(fake)), fake, self.hp.div_weight, self.clone)
+            finally:
+                for p in self.clone.parameters():
+                    p.requires_grad_(True)
+        self.iteration += 1
+
+    def _set_student_lr(self) -> None:
+        assert self.opt_c is not None
+        factor = 0.5 * (1.0 + math.cos(math.pi * min(self.iteration, self.iterations) / self.iterations))
+        for group in self.opt_c.param_groups:
+            group["lr"] = self.hp.student_lr * factor
+
+    # -- Track B ------------------------------------------------------------------------
+    def track_b_model(self, state: "EngineState") -> Optional[nn.Module]:
+        """The current clone in eval mode (the native loop's model, contract §8)."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.clone.parameters()):
+            raise DivergenceError(f"{self.name}: clone weights are NaN/inf at {state.queries_used} queries")
+        return self.clone.eval()
+
+
+@register_attack
+class DFMSHL(DFMS):
+    """DFMS-HL: the same stages on the victim's top-1 labels only (cross-entropy); refused for soft_prob."""
+
+    name = "dfms_hl"
+    output_modes = frozenset({"hard_top1"})
+    output_mode_reason = "DFMS-HL is the hard-label attack: it reads the victim's top-1 label only"
+
+
+__all__ = ["DFMS", "DFMSHL", "Discriminator", "Params", "diversity_loss", "init_set_size"]
