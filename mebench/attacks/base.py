@@ -195,3 +195,22 @@ def params_from_mapping(params_cls: type, raw: Mapping[str, Any], prefix: str) -
     from mebench.config import build_dataclass
 
     return build_dataclass(params_cls, raw, prefix)
+
+
+def check_param_ranges(params: Any, *, ints: Mapping[str, int] = {}, positive: tuple[str, ...] = (),
+                       nonnegative: tuple[str, ...] = (), unit: tuple[str, ...] = ()) -> None:
+    """The usual ``check_params`` rules, one ``ConfigError`` naming ``attack.params.<key>`` per break:
+    ``ints`` maps a key to the least integer it may hold; ``positive`` keys must be > 0,
+    ``nonnegative`` keys >= 0 and ``unit`` keys in [0, 1)."""
+    from mebench.errors import ConfigError
+
+    for key, least in ints.items():
+        value = getattr(params, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            rule = "must be a positive integer" if least == 1 else f"must be an integer >= {least}"
+            raise ConfigError(f"attack.params.{key}", value, rule)
+    for keys, ok, rule in ((positive, lambda v: v > 0, "must be > 0"), (nonnegative, lambda v: v >= 0, "must be >= 0"),
+                           (unit, lambda v: 0 <= v < 1, "must be in [0, 1)")):
+        for key in keys:
+            if not ok(getattr(params, key)):
+                raise ConfigError(f"attack.params.{key}", getattr(params, key), rule)

@@ -75,7 +75,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import Attack, AttackContext, fresh_substitute, register_attack
+from mebench.attacks.base import Attack, AttackContext, check_param_ranges, fresh_substitute, register_attack
 from mebench.attacks.dfme import draw_seed
 from mebench.data.augment import auto_augment, crop_flip
 from mebench.errors import ConfigError, DivergenceError
@@ -182,23 +182,11 @@ class DFMS(Attack):
 
     @classmethod
     def check_params(cls, params: Params, max_budget: int, checkpoints: tuple[int, ...]) -> None:
-        for key in ("batch_size", "latent_dim", "generator_width", "disc_width", "clone_batch_size"):
-            value = getattr(params, key)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"attack.params.{key}", value, "must be a positive integer")
-        for key in ("gan_epochs", "divgan_epochs", "clone_epochs"):
-            value = getattr(params, key)
-            if not isinstance(value, int) or value < 0:
-                raise ConfigError(f"attack.params.{key}", value, "must be an integer >= 0")
-        for key in ("gan_lr", "clone_lr", "student_lr"):
-            if not getattr(params, key) > 0:
-                raise ConfigError(f"attack.params.{key}", getattr(params, key), "must be > 0")
-        for key in ("gan_beta1", "momentum"):
-            if not 0 <= getattr(params, key) < 1:
-                raise ConfigError(f"attack.params.{key}", getattr(params, key), "must be in [0, 1)")
-        for key in ("div_weight", "div_weight_divgan", "weight_decay"):
-            if getattr(params, key) < 0:
-                raise ConfigError(f"attack.params.{key}", getattr(params, key), "must be >= 0")
+        check_param_ranges(params, ints={**dict.fromkeys(("batch_size", "latent_dim", "generator_width", "disc_width",
+                                                             "clone_batch_size"), 1),
+                                         **dict.fromkeys(("gan_epochs", "divgan_epochs", "clone_epochs"), 0)},
+                           positive=("gan_lr", "clone_lr", "student_lr"), unit=("gan_beta1", "momentum"),
+                           nonnegative=("div_weight", "div_weight_divgan", "weight_decay"))
         if not 0 < params.init_fraction <= 0.5:
             raise ConfigError("attack.params.init_fraction", params.init_fraction,
                               "must be in (0, 0.5]: two initial sets share at most the whole budget")

@@ -58,7 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import Attack, AttackContext, register_attack
+from mebench.attacks.base import Attack, AttackContext, check_param_ranges, register_attack
 from mebench.attacks.dfme import check_generator_params, draw_seed, sphere_probes
 from mebench.errors import ConfigError, DivergenceError
 from mebench.models.generators import seeded_generator, to_pixels
@@ -165,20 +165,10 @@ class MAZE(Attack):
 
     @classmethod
     def check_params(cls, params: Params, max_budget: int, checkpoints: tuple[int, ...]) -> None:
-        for key in ("batch_size", "ndirs", "iter_gen", "iter_clone"):
-            value = getattr(params, key)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"attack.params.{key}", value, "must be a positive integer")
-        if not isinstance(params.iter_exp, int) or params.iter_exp < 0:
-            raise ConfigError("attack.params.iter_exp", params.iter_exp, "must be an integer >= 0")
+        check_param_ranges(params, ints={"batch_size": 1, "ndirs": 1, "iter_gen": 1, "iter_clone": 1, "iter_exp": 0})
         check_generator_params(params)
-        for key in ("mu", "lr_clone", "lr_gen"):
-            if not getattr(params, key) > 0:
-                raise ConfigError(f"attack.params.{key}", getattr(params, key), "must be > 0")
-        if not 0 <= params.momentum < 1:
-            raise ConfigError("attack.params.momentum", params.momentum, "must be in [0, 1)")
-        if params.weight_decay < 0:
-            raise ConfigError("attack.params.weight_decay", params.weight_decay, "must be >= 0")
+        check_param_ranges(params, positive=("mu", "lr_clone", "lr_gen"), unit=("momentum",),
+                           nonnegative=("weight_decay",))
 
     @classmethod
     def required_pool_size(cls, params: Any, max_budget: int) -> int:
