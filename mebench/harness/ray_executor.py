@@ -183,10 +183,14 @@ class RayLoop:
 
         started_here = not ray.is_initialized()
         if started_here:
-            if self.address == "local":
-                ray.init(include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(address=self.address, log_to_driver=False)
+            try:
+                if self.address == "local":
+                    ray.init(include_dashboard=False, log_to_driver=False)
+                else:
+                    ray.init(address=self.address, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise pytest.UsageError(f"--ray {self.address}: no Ray cluster to join ({_first_line(e)}); start one "
+                                        "with `ray start --head`, or pass --ray local") from None
         self.died = 0
         try:
             self._submit_and_report(items)
