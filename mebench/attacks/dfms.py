@@ -258,10 +258,27 @@ class DFMS(Attack):
         self.opt_d = torch.optim.Adam(self.disc.parameters(), lr=self.hp.gan_lr, betas=betas)
         self.opt_g = torch.optim.Adam(self.generator.parameters(), lr=self.hp.gan_lr, betas=betas)
 
-    def _gan_step(self, real: torch.Tensor, fake: torch.Tensor, div: float,
-                  clone: Optional[nn.Module]) -> None:
-        """One discriminator step, then one generator step (BCE, plus the diversity term on ``clone``)."""
-        assert self.disc is not None and self.opt_d is not None and self.opt_g is not None
+    def _gan_step(self, real: torch.Tensor, fake: torch.Tensor, div: float, clone: Optional[nn.Module],
+                  d_first: bool = True) -> None:
+        """One discriminator and one generator step (BCE, plus the diversity term on ``clone``): the
+        discriminator first in the GAN stages (DC:287-371, TG:403-499), last in the attack loop
+        (TGC:642-754)."""
+        if d_first:
+            self._d_step(real, fake)
+        assert self.opt_g is not None and self.disc is not None
+        g_loss = F.binary_cross_entropy_with_logits(self.disc(fake * 2 - 1), torch.ones(len(fake), device=self.device))
+        if clone is not None and div > 0:
+            g_loss = g_loss + div * diversity_loss(clone(fake))
+        self.opt_g.zero_grad(set_to_none=True)
+        g_loss.backward()
+        self.opt_g.step()
+        if not d_first:
+            self._d_step(real, fake)
+        if not bool(torch.isfinite(g_loss)):
+            raise DivergenceError(f"{self.name}: generator loss is NaN/inf (stage {self.stage})")
+
+    def _d_step(self, real: torch.Tensor, fake: torch.Tensor) -> None:
+        assert self.disc is not None and self.opt_d is not None
         ones = torch.ones(len(real), device=self.device)
         zeros = torch.zeros(len(fake), device=self.device)
         d_loss = (F.binary_cross_entropy_with_logits(self.disc(real * 2 - 1), ones)
@@ -269,14 +286,8 @@ class DFMS(Attack):
         self.opt_d.zero_grad(set_to_none=True)
         d_loss.backward()
         self.opt_d.step()
-        g_loss = F.binary_cross_entropy_with_logits(self.disc(fake * 2 - 1), torch.ones(len(fake), device=self.device))
-        if clone is not None and div > 0:
-            g_loss = g_loss + div * diversity_loss(clone(fake))
-        self.opt_g.zero_grad(set_to_none=True)
-        g_loss.backward()
-        self.opt_g.step()
-        if not (bool(torch.isfinite(d_loss)) and bool(torch.isfinite(g_loss))):
-            raise DivergenceError(f"{self.name}: GAN loss is NaN/inf (stage {self.stage})")
+        if not bool(torch.isfinite(d_loss)):
+            raise DivergenceError(f"{self.name}: discriminator loss is NaN/inf (stage {self.stage})")
 
     def _train_gan(self, epochs: int, div: float, clone: Optional[nn.Module]) -> None:
         """``epochs`` passes over the GAN's proxy images in batches of ``batch_size`` (stages 1 and 4; no query)."""
@@ -410,7 +421,7 @@ class DFMS(Attack):
             for p in self.clone.parameters():
                 p.requires_grad_(False)
             try:
-                self._gan_step(self._real(len(fake)), fake, self.hp.div_weight, self.clone)
+                self._gan_step(self._real(len(fake)), fake, self.hp.div_weight, self.clone, d_first=False)
             finally:
                 for p in self.clone.parameters():
                     p.requires_grad_(True)
