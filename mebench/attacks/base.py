@@ -161,18 +161,20 @@ def fresh_substitute(ctx: AttackContext, tag: str) -> nn.Module:
 
 def train_fresh(ctx: AttackContext, x: torch.Tensor, y: torch.Tensor, tag: str, *, epochs: int, lr: float,
                 momentum: float, weight_decay: float, batch_size: int, lr_step: Optional[int] = None,
-                lr_gamma: float = 0.1, loss_fn: Optional[Callable] = None) -> nn.Module:
+                lr_gamma: float = 0.1, loss_fn: Optional[Callable] = None, cosine: bool = False,
+                transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None, min_batch: int = 1) -> nn.Module:
     """A fresh substitute trained on ``(x, y)`` the way most attacks' reference code does it: SGD
-    epochs over random permutations, a step learning-rate decay, the output mode's loss (KL for
-    probabilities, whose gradient is the soft cross-entropy's; cross-entropy for labels).
-    Initialisation and batch order are seeded from ``(run seed, tag)``; ``loss_fn`` replaces the
-    output mode's loss (e.g. KL to soft pseudo-labels in a hard-label attack)."""
-    model = fresh_substitute(ctx, tag)
+    epochs over random permutations, a step learning-rate decay (or ``cosine`` annealing), the
+    output mode's loss (KL for probabilities, whose gradient is the soft cross-entropy's;
+    cross-entropy for labels). Initialisation and batch order are seeded from
+    ``(run seed, tag)``; ``loss_fn`` replaces the output mode's loss (e.g. KL to soft
+    pseudo-labels in a hard-label attack); ``transform`` and ``min_batch`` as in ``train_epochs``."""
+    model = fresh_substitute(ctx, tag).to(ctx.device)
     opt = OptimizerSpec(name="sgd", lr=lr, momentum=momentum, weight_decay=weight_decay)
     return train_epochs(model, x.to(ctx.device), y.to(ctx.device), loss_fn=loss_fn or loss_for(ctx.output_mode), epochs=epochs,
                         batch_size=batch_size, optimizer=opt,
                         generator=torch.Generator().manual_seed(derive_seed(ctx.seed, tag + "-order")),
-                        lr_step=lr_step, lr_gamma=lr_gamma)
+                        lr_step=lr_step, lr_gamma=lr_gamma, cosine=cosine, transform=transform, min_batch=min_batch)
 
 
 ATTACKS: Registry[type[Attack]] = Registry("attack", "mebench.attacks")

@@ -75,13 +75,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import Attack, AttackContext, check_param_ranges, fresh_substitute, register_attack
+from mebench.attacks.base import (Attack, AttackContext, check_param_ranges, fresh_substitute, register_attack,
+                                  train_fresh)
 from mebench.attacks.dfme import draw_seed
 from mebench.data.augment import auto_augment, crop_flip
 from mebench.errors import ConfigError, DivergenceError
 from mebench.models.generators import seeded_generator, to_pixels
 from mebench.seeding import derive_seed
-from mebench.training.loop import OptimizerSpec, make_optimizer
 from mebench.training.losses import loss_for
 from mebench.types import OracleOutput, QueryBatch
 
@@ -267,8 +267,12 @@ class DFMS(Attack):
             self._d_step(real, fake)
         assert self.opt_g is not None and self.disc is not None
         g_loss = F.binary_cross_entropy_with_logits(self.disc(fake * 2 - 1), torch.ones(len(fake), device=self.device))
-        if clone is not None and div > 0:
-            g_loss = g_loss + div * diversity_loss(clone(fake))
+        if clone is not None and div > 0:  # the clone is frozen: the diversity loss moves the generator only
+            clone.requires_grad_(False)
+            try:
+                g_loss = g_loss + div * diversity_loss(clone(fake))
+            finally:
+                clone.requires_grad_(True)
         self.opt_g.zero_grad(set_to_none=True)
         g_loss.backward()
         self.opt_g.step()
@@ -294,8 +298,6 @@ class DFMS(Attack):
         self._new_gan()
         if clone is not None:
             clone.eval()
-            for p in clone.parameters():
-                p.requires_grad_(False)
         b = self.hp.batch_size
         for _ in range(epochs):
             for pos in torch.randperm(len(self.gan_index), generator=self.rng).split(b):
@@ -304,36 +306,16 @@ class DFMS(Attack):
                 idx = self.gan_index[pos]
                 self.proxy_used.append(idx)
                 self._gan_step(self.pool.get(idx, self.device), self._sample(len(idx), grad=True), div, clone)
-        if clone is not None:
-            for p in clone.parameters():
-                p.requires_grad_(True)
 
     def _train_clone(self, x: torch.Tensor, y: torch.Tensor, tag: str) -> nn.Module:
         """A clone from scratch: SGD, cosine over ``clone_epochs`` epochs, pad-crop and flip (TS)."""
-        model = fresh_substitute(self.ctx, tag).to(self.device)
         if len(x) < 2:  # nothing to train on without breaking batch-norm clones
-            return model
+            return fresh_substitute(self.ctx, tag).to(self.device)
         hp = self.hp
-        opt = make_optimizer(model.parameters(), OptimizerSpec(name="sgd", lr=hp.clone_lr, momentum=hp.momentum,
-                                                               weight_decay=hp.weight_decay))
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, hp.clone_epochs))
-        order = torch.Generator().manual_seed(derive_seed(self.ctx.seed, tag + "-order"))
-        model.train()
-        finite = torch.ones((), dtype=torch.bool, device=x.device)
-        for _ in range(hp.clone_epochs):
-            for idx in torch.randperm(len(x), generator=order).split(hp.clone_batch_size):
-                if len(idx) < 2:  # a one-image step would break batch-norm clones
-                    continue
-                idx = idx.to(x.device)
-                loss = self.loss(model(crop_flip(x[idx], 4, self.aug_gen(x.device))), y[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                finite &= torch.isfinite(loss.detach())
-            sched.step()
-        if not bool(finite):
-            raise DivergenceError(f"{self.name}: the initial clone's loss became NaN/inf ({tag})")
-        return model
+        return train_fresh(self.ctx, x, y, tag, epochs=hp.clone_epochs, lr=hp.clone_lr, momentum=hp.momentum,
+                           weight_decay=hp.weight_decay, batch_size=hp.clone_batch_size, cosine=True,
+                           loss_fn=self.loss, min_batch=2,  # a one-image step would break batch-norm clones
+                           transform=lambda b: crop_flip(b, 4, self.aug_gen(b.device)))
 
     def aug_gen(self, device: torch.device) -> Optional[torch.Generator]:
         """The augmentation generator where crop_flip draws (CPU runs only; CUDA uses the seeded global RNG)."""
@@ -418,13 +400,7 @@ class DFMS(Attack):
             loss.backward()
             self.opt_c.step()
             self.clone.eval()
-            for p in self.clone.parameters():
-                p.requires_grad_(False)
-            try:
-                self._gan_step(self._real(len(fake)), fake, self.hp.div_weight, self.clone, d_first=False)
-            finally:
-                for p in self.clone.parameters():
-                    p.requires_grad_(True)
+            self._gan_step(self._real(len(fake)), fake, self.hp.div_weight, self.clone, d_first=False)
         self.iteration += 1
 
     def _set_student_lr(self) -> None:

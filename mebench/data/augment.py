@@ -107,13 +107,14 @@ def auto_augment(x: torch.Tensor, g: torch.Generator, policy: str = "cifar10") -
     coin = torch.rand(n, 2, generator=g)
     sign = torch.randint(2, (n, 2), generator=g)
     for k in pid.unique().tolist():
-        rows = (pid == k).nonzero().flatten().to(out.device)
+        mine = pid == k
+        rows = mine.nonzero().flatten().to(out.device)
         sub = out[rows]
         for j, (op, p, mag_id) in enumerate(tf.policies[k]):
             mags, signed = space[op]
             mag = float(mags[mag_id].item()) if mag_id is not None else 0.0
-            apply = (coin[pid == k, j] <= p).to(out.device)
-            negative = (sign[pid == k, j] == 0).to(out.device) & signed
+            apply = (coin[mine, j] <= p).to(out.device)
+            negative = (sign[mine, j] == 0).to(out.device) & signed
             for neg in (False, True):
                 m = apply & (negative if neg else ~negative)
                 if bool(m.any()):

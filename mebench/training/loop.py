@@ -139,23 +139,37 @@ def train_epochs(
     generator: torch.Generator,
     lr_step: Optional[int] = None,
     lr_gamma: float = 0.1,
+    cosine: bool = False,
+    transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    min_batch: int = 1,
 ) -> nn.Module:
     """Epoch-based training as most attack papers' code does it: each epoch one random
     permutation of ``(x, y)`` in batches of ``batch_size`` (the last one smaller), a fresh
     optimizer, and the learning rate multiplied by ``lr_gamma`` every ``lr_step`` epochs
-    (``torch.optim.lr_scheduler.StepLR``; ``None``: constant). The data should already be
-    on the model's device. Raises ``DivergenceError`` on a NaN/inf loss (checked per epoch).
+    (``torch.optim.lr_scheduler.StepLR``; ``None``: constant) or, with ``cosine``, annealed
+    over the epochs (``CosineAnnealingLR``, stepped per epoch). ``transform`` (augmentation)
+    is applied to each input batch; batches smaller than ``min_batch`` are skipped (2 keeps a
+    one-image batch away from batch norm). The data should already be on the model's device.
+    Raises ``DivergenceError`` on a NaN/inf loss (checked per epoch).
     """
     n = int(x.shape[0])
     if n <= 0:
         raise ValueError("cannot train on an empty dataset")
+    if cosine and lr_step:
+        raise ValueError("train_epochs: choose a step decay (lr_step) or cosine annealing, not both")
     opt = make_optimizer(model.parameters(), optimizer)
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=lr_step, gamma=lr_gamma) if lr_step else None
+    if cosine:
+        sched: Optional[torch.optim.lr_scheduler.LRScheduler] = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs))
+    else:
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=lr_step, gamma=lr_gamma) if lr_step else None
     model.train()
     finite = torch.ones((), dtype=torch.bool, device=x.device)
     for epoch in range(1, epochs + 1):
         for idx in torch.randperm(n, generator=generator).to(x.device).split(batch_size):
-            loss = loss_fn(model(x[idx]), y[idx])
+            if len(idx) < min_batch:
+                continue
+            inputs = x[idx] if transform is None else transform(x[idx])
+            loss = loss_fn(model(inputs), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
