@@ -167,9 +167,10 @@ class RayLoop:
     def run(self) -> None:
         from mebench.session import _cell_of
 
-        items = list(self.session.items)
-        remote = [it for it in items if _cell_of(it) is not None and it.get_closest_marker("skip") is None]
-        local = [it for it in items if it not in remote]
+        remote: list[pytest.Item] = []
+        local: list[pytest.Item] = []
+        for it in self.session.items:
+            (remote if _cell_of(it) is not None and it.get_closest_marker("skip") is None else local).append(it)
         for i, item in enumerate(local):
             nxt = local[i + 1] if i + 1 < len(local) else None
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=nxt)
@@ -191,16 +192,15 @@ class RayLoop:
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise pytest.UsageError(f"--ray {self.address}: no Ray cluster to join ({_first_line(e)}); start one "
                                         "with `ray start --head`, or pass --ray local") from None
-        self.died = 0
         try:
-            self._submit_and_report(items)
-            if self.died:
+            if self._submit_and_report(items):
                 self._sweep_nodes()
         finally:
             if started_here:
                 ray.shutdown()
 
-    def _submit_and_report(self, items: list[pytest.Item]) -> None:
+    def _submit_and_report(self, items: list[pytest.Item]) -> int:
+        """Submit every cell, report each as it ends; returns how many tasks died."""
         import ray
 
         from mebench.session import _cell_of
@@ -221,7 +221,7 @@ class RayLoop:
         args = self._child_args(gpus > 0)
         data_root = os.environ.get("MEBENCH_DATA_ROOT", "")
         pending: dict[Any, tuple[pytest.Item, float]] = {}
-        self.died = 0
+        died = 0
         for item in items:
             cell = _cell_of(item)
             spec = {"root": str(self.root), "nodeid": item.nodeid, "cell_id": cell.id, "args": args,
@@ -234,12 +234,13 @@ class RayLoop:
                 outcome = ray.get(done[0])
             except ray.exceptions.RayError as e:
                 outcome = {"died": f"{type(e).__name__}: {_first_line(e)}"}
-                self.died += 1
+                died += 1
             self._report(item, outcome, start)
             if self.session.shouldfail or self.session.shouldstop:
                 for ref in pending:
                     ray.cancel(ref, force=True)
                 break
+        return died
 
     def _sweep_nodes(self) -> None:
         """After a task died: every live node removes the scratch folders of dead tasks."""
@@ -260,7 +261,7 @@ class RayLoop:
     def _child_args(self, gpu: bool) -> list[str]:
         """The controller's grid options, for the child pytest that runs one cell."""
         opt = self.config.option
-        args = ["--mebench-config", ",".join(self._relative(p) for p in self.bench.options.config_paths)]
+        args = ["--mebench-config", ",".join(self._relative(p) or str(p) for p in self.bench.options.config_paths)]
         if opt.mebench_budgets:
             args += ["--budgets", ",".join(map(str, opt.mebench_budgets))]
         if opt.mebench_seeds:
@@ -275,12 +276,13 @@ class RayLoop:
             args.append("--gpus")
         return args
 
-    def _relative(self, path: Path) -> str:
-        """A path under the project folder relative to it (workers may hold the project elsewhere)."""
+    def _relative(self, path: Path) -> Optional[str]:
+        """A path under the project folder, relative to it (workers may hold the project elsewhere);
+        ``None`` for a path outside it."""
         try:
             return str(Path(path).resolve().relative_to(self.root.resolve()))
         except ValueError:
-            return str(path)
+            return None
 
     def _victim_refs(self, items: list[pytest.Item]) -> dict[str, Any]:
         """Victim files under the project folder, put once into Ray's object store."""
@@ -288,19 +290,16 @@ class RayLoop:
 
         from mebench.session import _cell_of
 
+        checkpoints = {Path(str(ref)) for ref in (getattr(_cell_of(it).cfg.victim, "checkpoint_ref", None) for it in items)
+                       if ref}
         refs: dict[str, Any] = {}
-        for item in items:
-            ref = getattr(_cell_of(item).cfg.victim, "checkpoint_ref", None)
-            path = Path(str(ref)) if ref else None
-            if path is None or not path.is_file():
+        for path in checkpoints:
+            if not path.is_file():  # e.g. a callable victim's "module:function"
                 continue
             for p in (path, path.with_suffix(".json")):
-                try:
-                    rel = p.resolve().relative_to(self.root.resolve())
-                except ValueError:
-                    continue
-                if p.is_file() and str(rel) not in refs and p.stat().st_size <= SHIP_LIMIT:
-                    refs[str(rel)] = ray.put(p.read_bytes())
+                rel = self._relative(p)
+                if rel is not None and rel not in refs and p.is_file() and p.stat().st_size <= SHIP_LIMIT:
+                    refs[rel] = ray.put(p.read_bytes())
         return refs
 
     def _report(self, item: pytest.Item, outcome: dict[str, Any], start: float) -> None:
