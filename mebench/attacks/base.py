@@ -152,11 +152,12 @@ class Attack(ABC):
 
 
 def fresh_substitute(ctx: AttackContext, tag: str) -> nn.Module:
-    """A new substitute initialised from ``(run seed, tag)``, leaving the global RNG stream as it was."""
+    """A new substitute on ``ctx.device``, initialised from ``(run seed, tag)``, leaving the global
+    RNG stream as it was."""
     dev = ctx.device
     with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
         torch.manual_seed(derive_seed(ctx.seed, tag))
-        return ctx.make_substitute()
+        return ctx.make_substitute().to(dev)
 
 
 def train_fresh(ctx: AttackContext, x: torch.Tensor, y: torch.Tensor, tag: str, *, epochs: int, lr: float,
@@ -169,7 +170,7 @@ def train_fresh(ctx: AttackContext, x: torch.Tensor, y: torch.Tensor, tag: str, 
     cross-entropy for labels). Initialisation and batch order are seeded from
     ``(run seed, tag)``; ``loss_fn`` replaces the output mode's loss (e.g. KL to soft
     pseudo-labels in a hard-label attack); ``transform`` and ``min_batch`` as in ``train_epochs``."""
-    model = fresh_substitute(ctx, tag).to(ctx.device)
+    model = fresh_substitute(ctx, tag)
     opt = OptimizerSpec(name="sgd", lr=lr, momentum=momentum, weight_decay=weight_decay)
     return train_epochs(model, x.to(ctx.device), y.to(ctx.device), loss_fn=loss_fn or loss_for(ctx.output_mode), epochs=epochs,
                         batch_size=batch_size, optimizer=opt,

@@ -215,7 +215,7 @@ class DFMS(Attack):
         self.aug_rng = torch.Generator().manual_seed(seed + 2)         # AutoAugment and crop/flip
         self.generator = seeded_generator(self.hp.latent_dim, ctx.input_shape, self.hp.generator_width, seed,
                                           head_affine=True).to(self.device)
-        self.clone = fresh_substitute(ctx, "dfms-clone-0").to(self.device)
+        self.clone = fresh_substitute(ctx, "dfms-clone-0")
         self.loss = loss_for(ctx.output_mode)
         self.n_init = init_set_size(self.hp, ctx.max_budget)
         self.n_proxy = proxy_count(self.hp, self.n_init)
@@ -310,7 +310,7 @@ class DFMS(Attack):
     def _train_clone(self, x: torch.Tensor, y: torch.Tensor, tag: str) -> nn.Module:
         """A clone from scratch: SGD, cosine over ``clone_epochs`` epochs, pad-crop and flip (TS)."""
         if len(x) < 2:  # nothing to train on without breaking batch-norm clones
-            return fresh_substitute(self.ctx, tag).to(self.device)
+            return fresh_substitute(self.ctx, tag)
         hp = self.hp
         return train_fresh(self.ctx, x, y, tag, epochs=hp.clone_epochs, lr=hp.clone_lr, momentum=hp.momentum,
                            weight_decay=hp.weight_decay, batch_size=hp.clone_batch_size, cosine=True,

@@ -272,7 +272,7 @@ class KnockoffNets(RandomPoolWithRecipe):
                 raise ConfigError("attack.params.strategy", "adaptive", "needs a pool with its own class labels")
             p = self.params
             self.adaptive = AdaptiveSampler(ctx.pool.labels, ctx.generator, p.reward, p.diversity_window)
-            self.online = fresh_substitute(ctx, "knockoff-online").to(ctx.device)
+            self.online = fresh_substitute(ctx, "knockoff-online")
             self.online_opt = torch.optim.SGD(self.online.parameters(), lr=p.lr, momentum=p.momentum,
                                               weight_decay=p.weight_decay)
             self.loss_fn = loss_for(ctx.output_mode)
