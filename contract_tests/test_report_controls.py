@@ -44,7 +44,8 @@ def _record(attack: str, data_mode: str, seed: int, agreement: Sequence[float],
             v = agr + (track_shift if track == "B" else 0.0)
             rows.append({"seed": seed, "checkpoint_B": b, "track": track, "acc_gt": v - 0.01,
                          "agreement": v, "kl_mean": 1.0 - v, "l1_mean": (1.0 - v) / 10,
-                         "attack": attack, "data_mode": data_mode, "output_mode": "soft_prob",
+                         "attack": label or attack,  # metrics.csv holds the label (engine)
+                         "data_mode": data_mode, "output_mode": "soft_prob",
                          "victim_id": "mnist_lenet5_v1", "substitute_arch": "lenet5"})
     attack_doc = {"name": attack, **({"label": label} if label else {})}
     return RunRecord(rows=rows, summary={"attack": attack_doc, "dataset": {"name": "MNIST"}},

@@ -12,7 +12,10 @@ Two sources are understood:
 
 Both become a list of :class:`RunRecord` (rows + summary), then one frame with a
 row per ``metrics.csv`` row plus the columns the report groups by: ``label``
-(the attack variant, ``summary["attack"]["label"]`` or else the attack name),
+(the attack variant, ``summary["attack"]["label"]`` or else the attack name), ``attack``
+(the registry name, ``summary["attack"]["name"]``: ``metrics.csv``'s own ``attack`` column holds
+the label, so a relabelled null control such as ``untrained_generator_maze`` is still known by
+its name),
 ``dataset`` and ``victim_test_accuracy``. Extra keys are ignored, missing seeds
 simply mean fewer rows, and unreadable files are skipped with a warning.
 """
@@ -307,7 +310,9 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
     dataset = _section(summary, "dataset") or _section(config, "dataset")
     status = summary.get("status", "complete") if summary else "complete"
     defense = _section(summary, "defense") or _section(config, "defense")
+    name = {"attack": str(attack["name"])} if attack.get("name") else {}  # else metrics.csv's column
     return {
+        **name,
         "label": attack.get("label") or attack.get("name") or "",
         "defense": str(defense.get("label") or defense.get("name") or "none"),
         "defense_test_accuracy": _as_float(_section(defense, "utility").get("test_accuracy")),
