@@ -379,3 +379,82 @@ def test_loading_the_plugin_imports_neither_torch_nor_hypothesis_settings() -> N
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def _children(pid: int) -> set[int]:
+    """Direct child processes of ``pid`` (Linux /proc)."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        text = (task / "children").read_text() if (task / "children").exists() else ""
+        out |= {int(c) for c in text.split()}
+    return out
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))  # a zombie is gone
+
+
+# contract 11.2, 17.5: a terminated grid run (SIGTERM to the xdist controller as `kill` sends it, or to
+# every process of the run as a scheduler's time limit does) ends as after Ctrl-C: the controller
+# reports the interruption, its workers stop, and no temporary query cache is left
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
+@pytest.mark.parametrize("group", [False, True], ids=["controller", "process-group"])
+def test_sigterm_stops_workers_and_removes_caches(bench: pytest.Pytester, group: bool) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "pytest", "benchmarks", "-k", "dfme", "-n", "2", "-p", "no:benchmark",
+           "--budgets", "1000000", "--mebench-allow-large", "--mebench-cells", "cells"]  # 2 long cells
+    proc = subprocess.Popen(cmd, cwd=bench.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            workers |= _children(proc.pid)
+            if len(list((bench.path / "cells").glob("*/.query_cache"))) == 2:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None and len(workers) >= 2, "both cells should be running"
+        if group:
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    deadline = time.monotonic() + 60
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [w for w in workers if _alive(w)], out.decode(errors="replace")[-3000:]
+    text = out.decode(errors="replace")
+    assert proc.returncode == 2 and "KeyboardInterrupt" in text, text[-3000:]  # pytest's "interrupted"
+    assert not list((bench.path / "cells").rglob(".query_cache")), out.decode(errors="replace")[-3000:]
+
+
+# contract 11.2: a run killed outright (SIGKILL) cannot clean up; --resume removes what it left
+def test_resume_removes_query_caches_a_killed_run_left(bench: pytest.Pytester) -> None:
+    args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0", "--mebench-cells", "cells")
+    stale = bench.path / "cells" / "synth-mlp-random-surrogate-hard_top1-s0" / ".query_cache"
+    stale.mkdir(parents=True)
+    (stale / "x.npy").write_bytes(b"left by a killed run")
+    result = bench.runpytest(*args, "--resume")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*--resume: removed 1 temporary query cache an interrupted run left in*"])
+    assert not stale.exists()
+    fresh = stale.parent / ".query_cache"  # a cell this run does not select
+    fresh.mkdir()
+    bench.runpytest(*args).assert_outcomes(passed=1)  # without --resume nothing is swept
+    assert fresh.exists()

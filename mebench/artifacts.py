@@ -30,7 +30,6 @@ from mebench.types import CheckpointResult
 IDENTITY_COLUMNS: tuple[str, ...] = ("attack", "data_mode", "output_mode", "victim_id", "substitute_arch")
 METRICS_COLUMNS: tuple[str, ...] = ("seed", "checkpoint_B", "track", *METRIC_NAMES, *IDENTITY_COLUMNS)
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -9,13 +9,12 @@ Without ``--threads`` the torch thread count comes from ``default_threads``.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mebench.errors import ConfigError, MebenchError, OutputExistsError
+from mebench.errors import ConfigError, MebenchError, OutputExistsError, interrupt_on_sigterm
 from mebench.options import int_list
 from mebench.progress import stderr_lines
 
@@ -71,10 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="registered attacks and defenses (paper, modes), datasets, models; victims")
     ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
-
-
-def _sigterm_to_interrupt(signum, frame):  # pragma: no cover - signal path
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _set_threads(threads: "int | None") -> str:
@@ -231,7 +226,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv[:1] if argv[:1] == ["report"] else argv)
-    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    interrupt_on_sigterm()
     try:
         if args.command == "run":
             return cmd_run(args)

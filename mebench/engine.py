@@ -35,6 +35,7 @@ from mebench.defenses.utility import utility_cost
 from mebench.errors import SlowVictimWarning
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
+from mebench.naming import QUERY_CACHE_DIR
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.serial import config_hash
@@ -370,7 +371,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
 
     try:
         if store is None:  # created inside the try so an interrupt right after mkdir is cleaned up too
-            store = make_store(cfg, prep, seed_dir / ".query_cache")
+            store = make_store(cfg, prep, seed_dir / QUERY_CACHE_DIR)
         summary["cache"] = {"used": store.on_disk, "policy": cfg.cache.policy,
                             "location": str(store.directory) if store.on_disk else None}
         state = EngineState(cfg.budget.max_budget, tuple(cfg.budget.checkpoints), store, prep.device)
@@ -399,7 +400,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     finally:
         if store is not None:
             store.cleanup()
-        cache_dir = store.directory if store is not None else seed_dir / ".query_cache"
+        cache_dir = store.directory if store is not None else seed_dir / QUERY_CACHE_DIR
         summary.setdefault("cache", {"used": None, "policy": cfg.cache.policy, "location": None})
         summary["cache"]["deleted"] = cache_dir is None or not cache_dir.exists()
         timings.update(scorer.timings)

@@ -69,3 +69,27 @@ class DivergenceError(MebenchError, FloatingPointError):
 
 class SlowVictimWarning(UserWarning):
     """The victim answers fewer images per second than ``victim.throughput_floor``."""
+
+
+def _sigterm_to_interrupt(signum: int, frame: object) -> None:  # pragma: no cover - signal path
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def interrupt_on_sigterm() -> bool:
+    """Make SIGTERM (``kill``, a scheduler's time limit) end the process as Ctrl-C does.
+
+    Python's default SIGTERM action exits without unwinding, so temporary query caches
+    (§11.2) would survive and an xdist controller would leave its workers running; as a
+    ``KeyboardInterrupt`` every ``finally`` runs. Installed only from the main thread
+    (``signal`` refuses others) and only where no one else has set a handler. Returns
+    whether it installed the handler.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return False
+    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    return True

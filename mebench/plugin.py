@@ -94,11 +94,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Controller: say at the start, not only in the final summary, that --gpus found no GPU."""
+    """Controller: say at the start, not only in the final summary, that --gpus found no GPU;
+    with ``--resume``, remove the query caches a killed run left in the cells folder."""
     bench = bench_session(session.config)
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if bench.gpu_warning and tr is not None:
         tr.write_line(f"mebench: warning: {bench.gpu_warning}", yellow=True)
+    if bench.sweep_stale_caches() and tr is not None:
+        tr.write_line(f"mebench: {bench.messages[-1]}")
 
 
 @pytest.hookimpl(trylast=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ import yaml
 
 from mebench.cells import CELL_ID_KEY, RECORD_KEY, read_json
 from mebench.grid import Cell, GridError, GridSet, load_grids
-from mebench.naming import unused_stamp_dir
+from mebench.naming import QUERY_CACHE_DIR, unused_stamp_dir
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -152,6 +153,23 @@ class BenchSession:
         self.messages: list[str] = []
 
     # -- start-up -----------------------------------------------------------------------
+    def sweep_stale_caches(self) -> list[Path]:
+        """Controller, ``--resume``: remove the temporary query caches (§11.2) an earlier run left.
+
+        A cell removes its ``.query_cache`` even when it fails or is interrupted; only a
+        process killed outright (SIGKILL, power loss) leaves one behind. One pytest run owns
+        a cells folder at a time, so at the start of a resumed run no cache there is live.
+        """
+        if self.is_worker or not self.options.resume or not self.options.cells_dir.is_dir():
+            return []
+        stale = sorted(p for p in self.options.cells_dir.glob(f"*/{QUERY_CACHE_DIR}") if p.is_dir())
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        if stale:
+            self.messages.append(f"--resume: removed {len(stale)} temporary query cache"
+                                 f"{'s' if len(stale) > 1 else ''} an interrupted run left in {self.options.cells_dir}")
+        return stale
+
     def check_gpus(self) -> Optional[str]:
         """Controller only: reject GPU indices that do not exist; say once when CUDA is missing."""
         if self.options.gpus is None:

@@ -15,6 +15,11 @@ engine one object it would otherwise build itself
 - ``track_a_trainer``: the Track A trainer every attack shares;
 - ``cell_record``: the cell's record (``result.json``, the report channel, progress lines).
 
+Its ``pytest_configure`` makes SIGTERM end the run as Ctrl-C does, in the xdist controller (which
+loads the benchmarks folder's ``conftest.py`` at start-up) and in every worker: each running cell
+then removes its query cache, and the controller tears its workers down instead of leaving them
+running. The previous handler is put back at ``pytest_unconfigure``.
+
 :func:`contract_problems` lists every contract violation visible in a finished cell.
 """
 
@@ -30,14 +35,30 @@ import torch
 from mebench import engine
 from mebench.cells import CellRecorder, PrefixAudit
 from mebench.config import RunConfig
+from mebench.errors import interrupt_on_sigterm
 from mebench.grid import Cell
 from mebench.metrics import METRICS
+from mebench.naming import QUERY_CACHE_DIR
 from mebench.oracle import Oracle
 from mebench.plugin import bench_session
 from mebench.training.track_a import TrackATrainer
 
-__all__ = ["pytest_generate_tests", "device", "victim", "run_config", "oracle", "track_a_trainer",
+__all__ = ["pytest_configure", "pytest_unconfigure", "pytest_generate_tests", "device", "victim", "run_config", "oracle", "track_a_trainer",
            "cell_record", "query_cache"]
+
+
+_SIGTERM_KEY = pytest.StashKey[bool]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_SIGTERM_KEY] = interrupt_on_sigterm()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_SIGTERM_KEY, False):
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -86,7 +107,7 @@ def cell_record(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfi
 @pytest.fixture
 def query_cache(run_config: RunConfig, victim: engine.Prepared, cell_record: CellRecorder) -> Iterator[PrefixAudit]:
     """The cell's temporary query store (§11.2): removed after the cell, also when it fails."""
-    directory = cell_record.artifacts_dir / ".query_cache"
+    directory = cell_record.artifacts_dir / QUERY_CACHE_DIR
     shutil.rmtree(directory, ignore_errors=True)
     store = PrefixAudit(engine.make_store(run_config, victim, directory))
     try:
