@@ -328,6 +328,30 @@ def test_collection_prints_the_selected_cells_cost(bench: pytest.Pytester) -> No
     assert f"{n * 300:,} queries" in line and f"{n * (20 + 60):,} Track A steps" in line
 
 
+def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
+    # the grid's size warning must see an attack's own training (Track B models, round models, GAN
+    # pretraining), or a preset that trains for days looks like its Track A alone
+    from mebench.cost import SECONDS_PER_GAN_EXAMPLE, SECONDS_PER_STEP, estimate
+
+    cfg = {"budget": {"max_budget": 5000, "checkpoints": [1000, 5000]}}
+    per_example = SECONDS_PER_STEP["tiny_mlp"] / 128 / 3600
+    base = estimate([make_cfg(**cfg)]).cpu_hours  # random: Track A and the query loop only
+
+    def extra(attack: dict) -> float:
+        return estimate([make_cfg(**cfg, attack=attack)]).cpu_hours - base
+
+    knock = {"name": "knockoff", "params": {"epochs": 100}}
+    assert extra(knock) == pytest.approx(100 * 6000 * per_example)  # a fresh model at each checkpoint
+    assert extra({**knock, "params": {"epochs": 10}}) == pytest.approx(10 * 6000 * per_example)
+    # JBDA: 20-epoch round models on 100, 200, ..., 3200 answers, then 100 epochs on D_B per checkpoint
+    jbda = {"name": "jbda", "params": {"round_epochs": 20, "final_epochs": 100}}
+    assert extra(jbda) == pytest.approx((20 * 6300 + 100 * 6000) * per_example)
+    gan = {"name": "dfms", "output_mode": "soft_prob",
+           "params": {"gan_epochs": 2, "divgan_epochs": 1, "gan_pool_size": 1000, "clone_epochs": 5}}
+    clones = 2 * 5 * 32  # two clones on initial sets of ceil(0.00625 * 5000) = 32 images
+    assert extra(gan) == pytest.approx(clones * per_example + 3 * 1000 * 4 * SECONDS_PER_GAN_EXAMPLE / 3600)
+
+
 def test_large_selection_needs_an_explicit_flag(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # no accidental multi-day grid: above the bound a run needs --budgets or --mebench-allow-large
     import mebench.cost

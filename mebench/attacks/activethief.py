@@ -54,7 +54,7 @@ import torch
 from torch import nn
 
 from mebench.attacks import selection as sel
-from mebench.attacks.base import Attack, AttackContext, register_attack
+from mebench.attacks.base import Attack, AttackContext, TrainingCost, register_attack
 from mebench.errors import ConfigError, DivergenceError
 from mebench.seeding import derive_seed
 from mebench.inference import eval_logits
@@ -227,6 +227,15 @@ class ActiveThief(Attack):
         self._centers = torch.empty(0, ctx.num_classes)
 
     # -- parameters -------------------------------------------------------------------
+    @classmethod
+    def training_cost(cls, params: ActiveThiefParams, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """A lower bound: ``rounds`` models per checkpoint, each at least ``patience`` epochs over
+        a labelled set of about half the checkpoint (capped by ``max_steps`` batches)."""
+        def per_model(b: int) -> int:
+            floor = params.patience * b // 2
+            return floor if params.max_steps is None else min(floor, params.max_steps * params.batch_size)
+        return TrainingCost(sum(params.rounds * per_model(b) for b in checkpoints))
+
     @classmethod
     def check_params(cls, params: ActiveThiefParams, max_budget: int, checkpoints: tuple[int, ...]) -> None:
         p, key = params, "attack.params."

@@ -74,6 +74,20 @@ class NoParams:
     """Parameter object of an attack that takes no parameters."""
 
 
+@dataclass(frozen=True)
+class TrainingCost:
+    """What an attack's own training processes, for the grid's rough cost estimate only.
+
+    ``substitute_examples``: examples passed forward and backward through the substitute
+    architecture (epochs x set size, summed over every model the attack trains);
+    ``gan_examples``: examples through one generator-and-discriminator step, in units of a
+    width-32 DCGAN pair (scale by (width / 32)^2 for wider ones).
+    """
+
+    substitute_examples: int = 0
+    gan_examples: float = 0.0
+
+
 class Attack(ABC):
     """Base class of every attack plugin.
 
@@ -115,6 +129,15 @@ class Attack(ABC):
     def required_pool_size(cls, params: Any, max_budget: int) -> int:
         """Images the pool must hold for the largest budget (0: no pool needed)."""
         return max_budget
+
+    @classmethod
+    def training_cost(cls, params: Any, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """Training outside the query loop (Track B models, round models, GAN pretraining).
+
+        Only sizes ``mebench.cost``'s estimate; the per-query cost already covers work done
+        per query (DFME's and MAZE's loops, selection). Default: none.
+        """
+        return TrainingCost()
 
     @classmethod
     def describe(cls) -> dict[str, Any]:

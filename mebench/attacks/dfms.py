@@ -75,8 +75,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import (Attack, AttackContext, check_param_ranges, fresh_substitute, register_attack,
-                                  train_fresh)
+from mebench.attacks.base import (Attack, AttackContext, TrainingCost, check_param_ranges, fresh_substitute,
+                                  register_attack, train_fresh)
 from mebench.attacks.dfme import draw_seed
 from mebench.data.augment import auto_augment, crop_flip
 from mebench.errors import ConfigError, DivergenceError
@@ -200,6 +200,18 @@ class DFMS(Attack):
     def required_pool_size(cls, params: Any, max_budget: int) -> int:
         """Both initial sets' proxy images, all distinct; the discriminator's real batches reuse the pool."""
         return max(2 * proxy_count(params, init_set_size(params, max_budget)), 1)
+
+    #: Pool size the estimate assumes when ``gan_pool_size`` is null (the whole pool).
+    ESTIMATE_POOL = 60_000
+
+    @classmethod
+    def training_cost(cls, params: Any, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """Two clones (``clone_epochs`` on an initial set each) and the GAN's ``gan_epochs`` +
+        ``divgan_epochs`` over its pool (the attack loop's steps count as per-query cost)."""
+        pool = params.gan_pool_size or cls.ESTIMATE_POOL
+        width = (max(params.generator_width, params.disc_width) / 32) ** 2
+        clones = 2 * params.clone_epochs * init_set_size(params, max_budget)
+        return TrainingCost(clones, width * (params.gan_epochs + params.divgan_epochs) * pool)
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)

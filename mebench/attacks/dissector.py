@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import Attack, AttackContext, register_attack, train_fresh
+from mebench.attacks.base import Attack, AttackContext, TrainingCost, register_attack, train_fresh
 from mebench.attacks.random import PoolPermutation
 from mebench.errors import ConfigError
 from mebench.seeding import derive_seed
@@ -196,6 +196,14 @@ class Dissector(Attack):
     @classmethod
     def required_pool_size(cls, params, max_budget: int) -> int:
         return max_budget  # at most every query is a new original
+
+    @classmethod
+    def training_cost(cls, params: DissectorParams, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """Each round with n answers: a model on the n answers, n pool images pseudo-labelled over
+        ``num_erasings`` erasings (forward passes, about a third of a training example each) and a
+        model on the 2n answered and pseudo-labelled images."""
+        n = sum(round_ends(params, checkpoints, max_budget))
+        return TrainingCost(3 * params.epochs * n + (params.num_erasings * n) // 3)
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)

@@ -70,7 +70,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import Attack, AttackContext, register_attack, train_fresh
+from mebench.attacks.base import Attack, AttackContext, TrainingCost, register_attack, train_fresh
 from mebench.errors import ConfigError
 from mebench.types import OracleOutput, QueryBatch
 
@@ -179,6 +179,16 @@ class Jbda(Attack):
     def required_pool_size(cls, params: JbdaParams, max_budget: int) -> int:
         """Only the seed set comes from the pool; every later query is synthesised."""
         return 1
+
+    @classmethod
+    def training_cost(cls, params: JbdaParams, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """Round models (``round_epochs`` on everything answered, D growing (1 + k)-fold from a
+        100-image seed set) and a final model (``final_epochs`` on D_B) at every checkpoint."""
+        grow = 1 + (params.topk if params.augmentation == "jb_top" else 1)
+        rounds, n = 0, 100
+        while n < max_budget:
+            rounds, n = rounds + params.round_epochs * n, n * grow
+        return TrainingCost(rounds + params.final_epochs * sum(checkpoints))
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)

@@ -69,7 +69,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import Attack, AttackContext, fresh_substitute, register_attack, train_fresh
+from mebench.attacks.base import (Attack, AttackContext, TrainingCost, fresh_substitute, register_attack,
+                                  train_fresh)
 from mebench.attacks.random import PoolPermutation
 from mebench.errors import ConfigError, DivergenceError
 from mebench.training.losses import loss_for
@@ -104,6 +105,13 @@ class RandomPoolWithRecipe(Attack):
     @classmethod
     def check_params(cls, params, max_budget: int, checkpoints: tuple[int, ...]) -> None:
         check_recipe(params)
+
+    @classmethod
+    def training_cost(cls, params, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """A fresh model, ``epochs`` epochs on D_B, at every checkpoint (plus the adaptive
+        strategy's online knockoff: one step over every answer)."""
+        online = max_budget if getattr(params, "strategy", "random") == "adaptive" else 0
+        return TrainingCost(params.epochs * sum(checkpoints) + online)
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)
