@@ -18,7 +18,8 @@ engine one object it would otherwise build itself
 Its ``pytest_configure`` makes SIGTERM end the run as Ctrl-C does, in the xdist controller (which
 loads the benchmarks folder's ``conftest.py`` at start-up) and in every worker: each running cell
 then removes its query cache, and the controller tears its workers down instead of leaving them
-running. The previous handler is put back at ``pytest_unconfigure``.
+running. The default action is put back at ``pytest_unconfigure`` (the handler is installed only
+over the default one).
 
 :func:`contract_problems` lists every contract violation visible in a finished cell.
 """
@@ -43,8 +44,8 @@ from mebench.oracle import Oracle
 from mebench.plugin import bench_session
 from mebench.training.track_a import TrackATrainer
 
-__all__ = ["pytest_configure", "pytest_unconfigure", "pytest_generate_tests", "device", "victim", "run_config", "oracle", "track_a_trainer",
-           "cell_record", "query_cache"]
+__all__ = ["pytest_configure", "pytest_unconfigure", "pytest_generate_tests", "device", "victim", "run_config",
+           "oracle", "track_a_trainer", "cell_record", "query_cache"]
 
 
 _SIGTERM_KEY = pytest.StashKey[bool]()
