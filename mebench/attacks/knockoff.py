@@ -108,10 +108,8 @@ class RandomPoolWithRecipe(Attack):
 
     @classmethod
     def training_cost(cls, params, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
-        """A fresh model, ``epochs`` epochs on D_B, at every checkpoint (plus the adaptive
-        strategy's online knockoff: one step over every answer)."""
-        online = max_budget if getattr(params, "strategy", "random") == "adaptive" else 0
-        return TrainingCost(params.epochs * sum(checkpoints) + online)
+        """A fresh model, ``epochs`` epochs on D_B, at every checkpoint."""
+        return TrainingCost(params.epochs * sum(checkpoints))
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)
@@ -254,6 +252,13 @@ class KnockoffNets(RandomPoolWithRecipe):
     paper = "Orekondy, Schiele, Fritz, Knockoff Nets: Stealing Functionality of Black-Box Models, CVPR 2019"
     data_modes = frozenset({"seed", "surrogate"})
     Params = KnockoffParams
+
+    @classmethod
+    def training_cost(cls, params, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """The recipe's models, plus the adaptive strategy's online knockoff (a step over every answer)."""
+        cost = super().training_cost(params, checkpoints, max_budget)
+        online = max_budget if params.strategy == "adaptive" else 0
+        return TrainingCost(cost.substitute_examples + online, cost.gan_examples)
 
     @classmethod
     def check_params(cls, params, max_budget: int, checkpoints: tuple[int, ...]) -> None:
