@@ -294,3 +294,70 @@ def test_report_writes_gains_files_and_leaderboard_columns(tmp_path):
 def test_l1_mean_is_named_as_mae_over_classes():
     # contract 1.3: l1_mean = mean over examples and classes of |p_v - p_s| (L1 / K)
     assert "MAE over classes" in METRIC_TITLES["l1_mean"]
+
+
+def _cross_mode_records() -> list[RunRecord]:
+    """A proxy-data GAN (surrogate) beside Random on its pool and two data-free controls."""
+    recs = [_record("random", "surrogate", s, [BASE[s]] * 3) for s in range(3)]
+    recs += [_record("dfms", "surrogate", s, [BASE[s] + DELTA[s]] * 3, tracks=("A", "B"),
+                     track_shift=-0.05) for s in range(3)]
+    recs += [_record("untrained_generator", "data_free", s, [BASE[s] - 0.2] * 3) for s in range(3)]
+    recs += [_record("smooth_noise", "data_free", s, [BASE[s] - 0.1] * 3) for s in range(3)]
+    return recs
+
+
+def test_also_against_pairs_a_named_control_across_data_modes():
+    # contract 6: by default a data mode meets its own controls only; a control named with
+    # also_against is paired with every attack too, and the row says the control's data mode
+    frame = _frame(_cross_mode_records())
+    plain = gain_table(frame, n_bootstrap=N_BOOT)
+    assert set(zip(plain["label"], plain["control_label"])) == {("dfms", "random")}
+    assert set(plain["control_data_mode"]) == {"surrogate"}
+    gains = gain_table(frame, ["untrained_generator"], n_bootstrap=N_BOOT)
+    assert set(zip(gains["label"], gains["control_label"])) == {
+        ("dfms", "random"), ("dfms", "untrained_generator")}  # smooth_noise was not named
+    want = np.mean([DELTA[s] + 0.2 for s in range(3)])
+    for track, shift in (("A", 0.0), ("B", -0.05)):
+        row = _gain(gains, "dfms", "untrained_generator", track=track)
+        assert row["gain_mean"] == pytest.approx(want + shift)
+        assert (row["data_mode"], row["control_data_mode"]) == ("surrogate", "data_free")
+        assert row["n_seeds"] == 3 and row["control_track"] == "A"
+    same = gains[gains["control_label"] == "random"].drop(columns="control_data_mode")
+    pd.testing.assert_frame_equal(same.reset_index(drop=True),
+                                  plain.drop(columns="control_data_mode"))
+    # the own-mode control is listed before the named one
+    first = gains[(gains["track"] == "A")]["control_label"].tolist()
+    assert first.index("random") < first.index("untrained_generator")
+
+
+def test_also_against_refuses_a_name_that_is_not_a_control(tmp_path, capsys):
+    # bad input fails before any work, naming the key, the value and the rule
+    with pytest.raises(ValueError, match=r"also_against: 'dfme' is not a null control.*"
+                                         r"untrained_generator"):
+        gain_table(_frame(_cross_mode_records()), ["dfme"], n_bootstrap=N_BOOT)
+    from mebench.report.cli import report_main
+    missing = tmp_path / "no-such-runs"
+    assert report_main([str(missing), "--also-against", "dfme"]) == 2
+    err = capsys.readouterr().err
+    assert "--also-against: 'dfme' is not a null control" in err and not missing.exists()
+
+
+def test_report_shows_the_named_control_and_its_data_mode(tmp_path):
+    # contract 16: gains.csv/json carry control_data_mode and the rule; gains.md names the
+    # control's data mode where it differs from the attack's; the leaderboard gets its columns
+    _write_runs(tmp_path, _cross_mode_records())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        files = write_report(tmp_path, out_dir=tmp_path / "report", n_bootstrap=N_BOOT,
+                             also_against=["untrained_generator"])
+    doc = json.loads(files["gains_json"].read_text())
+    assert doc["definitions"]["also_against"] == ["untrained_generator"]
+    csv_rows = pd.read_csv(files["gains_csv"])
+    cross = csv_rows[csv_rows["control_label"] == "untrained_generator"]
+    assert not cross.empty and set(cross["control_data_mode"]) == {"data_free"}
+    md = files["gains_md"].read_text()
+    assert "| untrained_generator (A, data_free) |" in md and "| random (A) |" in md
+    board = json.loads(files["leaderboard_json"].read_text())["rows"]
+    row = next(r for r in board if r["label"] == "dfms" and r["track"] == "A")
+    assert row["gain_vs_untrained_generator_final"] == pytest.approx(
+        np.mean([DELTA[s] + 0.2 for s in range(3)]))

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from mebench.report.gains import check_also_against
 from mebench.report.load import NoResultsError
 from mebench.report.stats import N_BOOTSTRAP
 from mebench.report.writer import default_out_dir, write_report
@@ -32,6 +33,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     parser.add_argument("--n-bootstrap", type=int, default=N_BOOTSTRAP, metavar="N",
                         help=f"bootstrap resamples per pairwise comparison and per gain over "
                              f"a null control (default {N_BOOTSTRAP})")
+    parser.add_argument("--also-against", action="append", default=[], metavar="CONTROL",
+                        help="also pair every attack with this null control (an attack name, e.g. "
+                             "untrained_generator) whatever the attack's data mode; repeatable. "
+                             "By default an attack meets the controls of its own data mode only")
     return parser
 
 
@@ -41,11 +46,17 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"mebench report: --n-bootstrap must be >= 1, got {args.n_bootstrap}",
               file=sys.stderr)
         return 2
+    try:
+        check_also_against(args.also_against, key="--also-against")
+    except ValueError as err:
+        print(f"mebench report: {err}", file=sys.stderr)
+        return 2
     out = args.out if args.out is not None else default_out_dir(args.path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            files = write_report(args.path, out, n_bootstrap=args.n_bootstrap)
+            files = write_report(args.path, out, n_bootstrap=args.n_bootstrap,
+                                 also_against=args.also_against)
         except NoResultsError as err:
             print(f"mebench report: {err}", file=sys.stderr)
             return 2

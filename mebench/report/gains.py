@@ -22,6 +22,13 @@ data mode, metric, checkpoint) and per control of the same data mode:
   and control are always integrated over the same budgets.
 
 For ``kl_mean`` and ``l1_mean`` lower is better: a useful attack has a negative gain.
+
+A control of another data mode can be named on purpose (``also_against``, ``mebench report
+--also-against NAME``): every attack of the same dataset, victim, output mode and substitute
+is then also paired with that control's Track A, whatever the attack's data mode (e.g. a
+GAN trained on proxy data against ``untrained_generator``). Those rows keep the attack's
+``data_mode`` and name the control's in ``control_data_mode``; the default pairing (same
+data mode) is unchanged.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ GAIN_STRATUM: tuple[str, ...] = (
 
 GAIN_COLUMNS: tuple[str, ...] = (
     *GAIN_STRATUM, "label", "attack", "track", "control_label", "control_attack",
-    "control_track", "metric", "checkpoint_B", "gain_mean", "ci_low", "ci_high", "n_seeds",
+    "control_data_mode", "control_track", "metric", "checkpoint_B", "gain_mean", "ci_low", "ci_high", "n_seeds",
     "seeds", "ci_excludes_zero", "mean_attack", "mean_control", "cohens_d",
     "higher_is_better", "span_lo", "span_hi", "note",
 )
@@ -98,27 +105,49 @@ def condition_roles(frame: pd.DataFrame) -> pd.DataFrame:
     return conds.assign(role=role).reset_index(drop=True)
 
 
-def gain_table(frame: pd.DataFrame, **bootstrap: Any) -> pd.DataFrame:
+def check_also_against(names: Iterable[str], key: str = "also_against") -> list[str]:
+    """``names`` if each is a registered null control; else ``ValueError`` naming ``key``,
+    the name and the rule."""
+    names = list(names)
+    known = sorted({n for mode in ("seed", "surrogate", "data_free") for n in controls_of(mode)})
+    for name in names:
+        if not control_modes(name):
+            raise ValueError(f"{key}: {name!r} is not a null control (an attack name whose "
+                             f"null_control_for is not empty: {', '.join(known)})")
+    return names
+
+
+def gain_table(frame: pd.DataFrame, also_against: Iterable[str] = (),
+               **bootstrap: Any) -> pd.DataFrame:
     """Every gain over a null control (columns :data:`GAIN_COLUMNS`).
 
     ``frame`` is what :func:`mebench.report.load.load_results` returns (after
-    :func:`~mebench.report.aggregate.drop_reruns`); ``bootstrap`` is passed to
-    :func:`~mebench.report.stats.compare_groups` (e.g. ``n_bootstrap``).
+    :func:`~mebench.report.aggregate.drop_reruns`); ``also_against`` names controls every
+    attack is also paired with across data modes (module docstring); ``bootstrap`` is passed
+    to :func:`~mebench.report.stats.compare_groups` (e.g. ``n_bootstrap``).
     """
+    also_against = check_also_against(also_against)
     long = to_long(frame).drop(columns="attack", errors="ignore")
     long = long.merge(condition_roles(frame), on=list(CONDITION_KEYS))
+    controls = long[(long["role"] == "control") & (long["track"] == CONTROL_TRACK)]
+    attacks = long[long["role"] == "attack"]
+    same_mode = list(GAIN_STRATUM)
+    across = [k for k in GAIN_STRATUM if k != "data_mode"]
     rows: list[dict[str, Any]] = []
-    for key, g in long.groupby(list(GAIN_STRATUM), sort=True):
-        controls = g[(g["role"] == "control") & (g["track"] == CONTROL_TRACK)]
-        attacks = g[g["role"] == "attack"]
-        for (c_label, c_attack), ctl in controls.groupby(["label", "attack"], sort=True):
-            for (label, attack, track), att in attacks.groupby(["label", "attack", "track"],
-                                                               sort=True):
-                ident = {**dict(zip(GAIN_STRATUM, key)), "label": label, "attack": attack,
-                         "track": track, "control_label": c_label, "control_attack": c_attack,
+    for key, ctl_g in controls.groupby(across, sort=True):
+        att_g = attacks.merge(pd.DataFrame([dict(zip(across, key))]), on=across)
+        for (c_label, c_attack, c_mode), ctl in ctl_g.groupby(["label", "attack", "data_mode"],
+                                                              sort=True):
+            for (label, attack, track, mode), att in att_g.groupby(
+                    ["label", "attack", "track", "data_mode"], sort=True):
+                if mode != c_mode and c_attack not in also_against:
+                    continue
+                ident = {**dict(zip(across, key)), "data_mode": mode, "label": label,
+                         "attack": attack, "track": track, "control_label": c_label,
+                         "control_attack": c_attack, "control_data_mode": c_mode,
                          "control_track": CONTROL_TRACK}
                 rows += [{**ident, **r} for r in _pair_gains(att, ctl, bootstrap)]
-    return _tidy(pd.DataFrame(rows, columns=list(GAIN_COLUMNS)))
+    return _tidy(pd.DataFrame(rows, columns=list(GAIN_COLUMNS)), same_mode)
 
 
 def _pair_gains(att: pd.DataFrame, ctl: pd.DataFrame,
@@ -167,15 +196,17 @@ def _gain(seeds: Iterable[Any], ctl: Any, att: Any, metric: str,
     }
 
 
-def _tidy(gains: pd.DataFrame) -> pd.DataFrame:
-    """Nullable integer budgets (AUC rows have none) and a stable reading order."""
+def _tidy(gains: pd.DataFrame, stratum: list[str]) -> pd.DataFrame:
+    """Nullable integer budgets (AUC rows have none) and a stable reading order: per
+    stratum, the controls of the attack's own data mode first, then ``also_against`` ones."""
     order = {m: i for i, m in enumerate(METRIC_ORDER)}
     gains = gains.astype({"checkpoint_B": "Int64", "span_lo": "Int64", "span_hi": "Int64",
                           "n_seeds": "int64"})
-    gains = gains.assign(_m=gains["metric"].map(order))
-    gains = gains.sort_values([*GAIN_STRATUM, "label", "track", "control_label", "_m",
+    gains = gains.assign(_m=gains["metric"].map(order),
+                         _x=gains["control_data_mode"] != gains["data_mode"])
+    gains = gains.sort_values([*stratum, "label", "track", "_x", "control_label", "_m",
                                "checkpoint_B"], kind="stable", na_position="first")
-    return gains.drop(columns="_m").reset_index(drop=True)
+    return gains.drop(columns=["_m", "_x"]).reset_index(drop=True)
 
 
 def _control_columns(sel: pd.DataFrame, control: str, part: str) -> pd.DataFrame:
@@ -212,12 +243,17 @@ def leaderboard_gain_columns(board: pd.DataFrame, gains: pd.DataFrame,
     return out[[*front, *(c for c in out.columns if c not in front)]]
 
 
-def gain_definitions(n_bootstrap: int = N_BOOTSTRAP) -> dict[str, Any]:
+def gain_definitions(n_bootstrap: int = N_BOOTSTRAP,
+                     also_against: Iterable[str] = ()) -> dict[str, Any]:
     """The rules behind ``gains.json``, written next to the numbers."""
     return {
         **definitions(n_bootstrap),
         "gain": "mean over paired seeds of value(attack) - value(control)",
         "control": "an attack whose null_control_for lists the data mode (matched by attack name)",
+        "also_against": list(also_against),
+        "also_against_rule": ("controls named with --also-against are paired with every attack "
+                              "of the same dataset, victim, output mode and substitute, whatever "
+                              "its data mode; control_data_mode names the control's"),
         "stratum": [*GAIN_STRATUM, "metric", "checkpoint_B"],
         "control_track": f"the control's Track {CONTROL_TRACK}, for attack Track A and Track B",
         "agreement_auc": ("paired difference of log-budget agreement AUCs over the checkpoints "
@@ -253,7 +289,9 @@ def _gain_cells(r: pd.Series) -> list[str]:
           else f"[{fmt_signed(r['ci_low'])}, {fmt_signed(r['ci_high'])}]")
     claim = f"n<{MIN_SEEDS_FOR_INTERVAL}" if few else ("yes" if r["ci_excludes_zero"] else "no")
     few_for_ci = not few and r["n_seeds"] < MIN_SEEDS_FOR_CI
-    return [str(r["label"]), str(r["track"]), f"{r['control_label']} ({r['control_track']})",
+    other_mode = "" if r["control_data_mode"] == r["data_mode"] else f", {r['control_data_mode']}"
+    return [str(r["label"]), str(r["track"]),
+            f"{r['control_label']} ({r['control_track']}{other_mode})",
             str(r["metric"]), _point(r["checkpoint_B"]), str(r["n_seeds"]),
             fmt_signed(r["gain_mean"]), ci, claim, "⚠" if few_for_ci else "", str(r["seeds"])]
 

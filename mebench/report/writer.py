@@ -14,8 +14,8 @@ from mebench.report.aggregate import aggregate, aggregate_csv_frame, drop_reruns
 from mebench.report.compare import comparison_blocks, comparison_points, compare_all
 from mebench.report.defenses import defense_blocks, defense_matrix
 from mebench.report.document import render_html, render_markdown
-from mebench.report.gains import (condition_roles, gain_blocks, gain_definitions, gain_table,
-                                  leaderboard_gain_columns)
+from mebench.report.gains import (check_also_against, condition_roles, gain_blocks,
+                                  gain_definitions, gain_table, leaderboard_gain_columns)
 from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, excluded_runs,
                                         leaderboard_blocks, leaderboard_latex, leaderboard_table)
 from mebench.report.detection import detection_blocks, detection_table
@@ -70,7 +70,8 @@ def _write_pages(blocks: list, out: Path, name: str, title: str, files: dict[str
 
 
 def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | None = None,
-                 n_bootstrap: int = N_BOOTSTRAP) -> dict[str, Path]:
+                 n_bootstrap: int = N_BOOTSTRAP,
+                 also_against: Sequence[str] = ()) -> dict[str, Path]:
     """Write curves (PNG, SVG), leaderboard (MD, HTML, CSV, JSON, TeX), comparisons
     (MD, CSV, JSON), gains over the null control (MD, CSV, JSON), the aggregate
     table, the tidy input rows and the runs left out (``excluded.csv``).
@@ -78,9 +79,13 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     ``path`` is a runs folder, one run or seed folder, or a pytest JSON report, or
     a list of them; ``out_dir`` defaults to :func:`default_out_dir`. Runs that did
     not complete are left out of every table and listed apart (``excluded.csv`` and
-    the leaderboard's last section). Returns {file key: path}.
-    Raises :class:`mebench.report.load.NoResultsError` when nothing can be read.
+    the leaderboard's last section). ``also_against`` names null controls every attack is
+    also paired with across data modes (:mod:`mebench.report.gains`). Returns
+    {file key: path}. Raises :class:`mebench.report.load.NoResultsError` when nothing can be
+    read, ``ValueError`` (before reading anything) for a name in ``also_against`` that is not
+    a null control.
     """
+    also_against = check_also_against(also_against)
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     records = load_records([Path(p) for p in paths])
     frame, excluded = split_incomplete(results_frame(records, paths))
@@ -94,7 +99,7 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     agg, victims = aggregate(long), victim_reference(frame)
     auc = agreement_auc_per_seed(frame)
     roles = condition_roles(frame)
-    gains = gain_table(frame, n_bootstrap=n_bootstrap)
+    gains = gain_table(frame, also_against, n_bootstrap=n_bootstrap)
     board = leaderboard_gain_columns(leaderboard_table(auc), gains, roles)
     comps = compare_all(comparison_points(long, auc), n_bootstrap=n_bootstrap)
     out = Path(out_dir) if out_dir is not None else default_out_dir(path)
@@ -112,7 +117,7 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     files["leaderboard_tex"].write_text(leaderboard_latex(board, agg), encoding="utf-8")
     _write_table(excluded_runs(excluded), out, "excluded", files)
     _write_table(comps, out, "comparisons", files, definitions=definitions(n_bootstrap))
-    _write_table(gains, out, "gains", files, definitions=gain_definitions(n_bootstrap))
+    _write_table(gains, out, "gains", files, definitions=gain_definitions(n_bootstrap, also_against))
     img = {k: p["png"].name for k, p in figures.items()}
     _write_pages(leaderboard_blocks(board, agg, victims, img, gains, provenance=prov, excluded=excluded), out,
                  "leaderboard", "mebench leaderboard", files)
