@@ -8,6 +8,7 @@ oracle; a spy around the victim network counts every image that reaches its forw
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
@@ -88,6 +89,11 @@ def test_dfms_hl_sees_labels_only(make_cfg):
     attack.observe = lambda b, o, s: (kinds.append((o.kind, o.y.dtype, tuple(o.y.shape))), observe(b, o, s))
     run(attack)
     assert kinds and all(k == "hard_top1" and dt == torch.int64 and len(sh) == 1 for k, dt, sh in kinds)
+    # built by hand for probabilities (validation bypassed), it refuses before any query
+    hl = make_attack("dfms_hl", 120, (120,))
+    with pytest.raises(ConfigError) as err:
+        ATTACKS.get("dfms_hl")(dataclasses.replace(hl.ctx, output_mode="soft_prob"))
+    assert err.value.key == "attack.output_mode" and "top-1" in err.value.rule
     for name, mode in (("dfms_hl", "hard_top1"), ("dfms", "soft_prob")):
         validate(make_cfg(victim={"output_mode": mode}, attack={"name": name, "output_mode": mode, "params": TINY}))
     for name, mode in (("dfms_hl", "soft_prob"), ("dfms", "hard_top1")):
@@ -101,14 +107,15 @@ def test_dfms_hl_sees_labels_only(make_cfg):
 
 
 # contract 10: same seed and thread count, same queries and the same clone
-def test_reproducible_for_a_fixed_seed():
-    runs = [run(make_attack("dfms", 160, (80, 160), seed=3)) for _ in range(2)]
+@pytest.mark.parametrize("name", ["dfms", "dfms_hl"])
+def test_reproducible_for_a_fixed_seed(name):
+    runs = [run(make_attack(name, 160, (80, 160), seed=3)) for _ in range(2)]
     (_, s1, _, _, m1), (_, s2, _, _, m2) = runs
     assert torch.equal(s1.store.prefix(160)[0], s2.store.prefix(160)[0])
     assert torch.equal(s1.store.prefix(160)[1], s2.store.prefix(160)[1])
     for b in (80, 160):
         assert all(torch.equal(p, q) for p, q in zip(m1[b].state_dict().values(), m2[b].state_dict().values()))
-    other = run(make_attack("dfms", 160, (160,), seed=4))[1]
+    other = run(make_attack(name, 160, (160,), seed=4))[1]
     assert not torch.equal(other.store.prefix(160)[0], s1.store.prefix(160)[0])
 
 
@@ -127,6 +134,32 @@ def test_proxy_images_come_from_the_pool_only():
     assert dfms.DFMS.required_pool_size(attack.hp, 200) == 2 * n_proxy
     gan = set(attack.gan_index.tolist())  # the GAN learns from its gan_pool_size pool images only
     assert len(gan) == 100 and set(used.tolist()) <= gan | set(attack.proxy_index.tolist())
+
+
+# issue: the pool the engine hands DFMS is the surrogate's train split, and no image DFMS takes from
+# it (its proxy queries, its GAN's real batches) is an image of the victim's train or test split
+@pytest.mark.parametrize("name", ["dfms", "dfms_hl"])
+def test_engine_proxy_holds_none_of_the_victims_images(make_cfg, tmp_path, name):
+    from mebench import engine
+
+    mode = "hard_top1" if name == "dfms_hl" else "soft_prob"
+    cfg = make_cfg(attack={"name": name, "output_mode": mode, "params": TINY}, victim={"output_mode": mode},
+                   budget={"max_budget": 200, "checkpoints": [200]}, cache={"enabled": False})
+    validate(cfg)
+    prep = engine.prepare(cfg)
+    attack = engine.make_attack(cfg, prep, 0, engine.build_pool(cfg, prep, 0))
+    sur_x, _ = get_profile("SYNTHSUR").reader(".", True, False)
+    assert torch.equal(attack.pool.images, sur_x)  # the surrogate's train split, nothing else
+
+    def rows(x: torch.Tensor) -> set[bytes]:
+        return {r.tobytes() for r in x.reshape(len(x), -1).numpy()}
+
+    victim = set()
+    for train in (True, False):
+        victim |= rows(get_profile("SYNTH").reader(".", train, False)[0])
+    taken = torch.cat([attack.proxy_index, attack.gan_index])
+    assert len(taken) > 0 and not rows(attack.pool.images[taken]) & victim
+    assert len(rows(sur_x) & victim) == 0
 
 
 # issue: the proxy (FashionMNIST for an MNIST victim, and the reverse) shares no image with the

@@ -17,7 +17,7 @@ from mebench.attacks import dissector
 from mebench.data.pools import Pool
 from mebench.data.profiles import get_profile
 from mebench.errors import ConfigError
-from mebench.testing import drive_attack
+from mebench.testing import SpyNet, drive_attack
 
 SHAPE, K = (1, 8, 8), 4
 FAST = dict(epochs=2, batch_size=32, initial_budget=20, splits=(20, 40, 100), num_erasings=3)
@@ -48,8 +48,10 @@ def run(attack):
 # contract 1.1: originals and erased re-queries are all counted; exact stop at 997 and 1001.
 @pytest.mark.parametrize("budget,checkpoints", [(1001, (997, 1001)), (997, (333, 997)), (7, (7,))])
 def test_exact_budget_at_odd_remainders(budget, checkpoints):
-    oracle, state, batches, models = run(make_attack(budget, checkpoints))
-    assert oracle.queries_used == len(state.store) == sum(len(b) for b in batches) == budget
+    torch.manual_seed(123)
+    spy = SpyNet(tiny())
+    oracle, state, batches, models = drive_attack(make_attack(budget, checkpoints), spy, SHAPE, K)
+    assert oracle.queries_used == spy.seen == len(state.store) == sum(len(b) for b in batches) == budget
     assert sorted(models) == list(checkpoints)
 
 
@@ -63,6 +65,8 @@ def test_rounds_and_erased_requeries():
     idx = torch.cat([b.meta["pool_index"] for b in batches])
     orig = idx[idx >= 0]
     assert orig.unique().numel() == orig.numel()
+    stored = state.store.prefix(1001)[0].flatten(1)[idx >= 0]  # the images asked, not only their indices
+    assert stored.unique(dim=0).shape[0] == orig.numel()
     n_erased = int((idx < 0).sum())
     # rounds 20->40 and 40->100 erase 5 and 15; 100->997 wants 224 but only 60 answered originals
     # are left unerased (80 originals, 20 erased): the rest of that round is new originals

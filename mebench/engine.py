@@ -320,10 +320,12 @@ def _ident(cfg: RunConfig) -> dict[str, str]:
 def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool]) -> Any:
     cls = ATTACKS.get(cfg.attack.name)
     v = cfg.victim
+    # plain values only: the closure must not reach ``prep`` (victim, test split, answers)
+    arch, channels, classes, size = cfg.substitute.arch, v.channels, prep.num_classes, tuple(v.input_size)
+    mean, std, device = tuple(v.normalization.mean), tuple(v.normalization.std), prep.device
 
     def make_substitute() -> torch.nn.Module:
-        return build_model(cfg.substitute.arch, v.channels, prep.num_classes, tuple(v.input_size),
-                           v.normalization.mean, v.normalization.std).to(prep.device)
+        return build_model(arch, channels, classes, size, mean, std).to(device)
 
     ctx = AttackContext(
         profile=prep.profile, output_mode=cfg.attack.output_mode, num_classes=prep.num_classes,

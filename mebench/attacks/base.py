@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional
 import torch
 from torch import nn
 
+from mebench.errors import ConfigError
 from mebench.registry import Registry
 from mebench.seeding import derive_seed
 from mebench.training.loop import OptimizerSpec, train_epochs
@@ -113,6 +114,11 @@ class Attack(ABC):
     Params: ClassVar[type] = NoParams
 
     def __init__(self, ctx: AttackContext) -> None:
+        # validation refuses the mode first; this keeps an attack built by hand (a test, a
+        # notebook) from ever seeing an output it does not allow, e.g. probabilities for DFMS-HL
+        if ctx.output_mode not in self.output_modes:
+            raise ConfigError("attack.output_mode", ctx.output_mode,
+                              self.output_mode_reason or f"{self.name} allows {sorted(self.output_modes)}")
         self.ctx = ctx
         self.params = ctx.params
 

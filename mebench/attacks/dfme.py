@@ -196,8 +196,6 @@ class DFME(Attack):
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)
-        if ctx.output_mode != "soft_prob":
-            raise ConfigError("attack.output_mode", ctx.output_mode, self.output_mode_reason)
         self.hp: Params = ctx.params
         self.device = ctx.device
         seed = draw_seed(ctx)

@@ -215,8 +215,6 @@ class DFMS(Attack):
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)
-        if ctx.output_mode not in self.output_modes:
-            raise ConfigError("attack.output_mode", ctx.output_mode, self.output_mode_reason)
         if ctx.pool is None:
             raise ConfigError("dataset.data_mode", ctx.data_mode, f"{self.name} needs the surrogate pool as its proxy data")
         self.hp: Params = ctx.params
