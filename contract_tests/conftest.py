@@ -24,11 +24,11 @@ def _load_hypothesis_profile() -> None:
 _load_hypothesis_profile()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """Tiny tensors: a multi-threaded pool only adds latency (10x on a busy 2-core machine).
-
-    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """Tiny tensors: a multi-threaded pool only adds latency (10x on a busy 2-core machine), so
+    every contract-test module runs with one torch thread (a test that sets its own count, e.g.
+    through ``--threads``, restores it). Thread-count reproducibility is tested at one thread.
     """
     import torch
 

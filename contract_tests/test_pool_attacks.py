@@ -126,11 +126,7 @@ def test_no_image_answered_twice_unless_the_procedure_says_so(name, params, mode
 
 # contract 10: a fixed seed (and thread count) reproduces the queries and the Track B substitute;
 # another seed changes them.
-# Every case but jb-top's kappa/sigma variant (the same code path as case 2, four times slower).
-REPRO = [i for i, case in enumerate(CASES) if "kappa" not in case[1]]
-
-
-@pytest.mark.parametrize("name,params,mode,data_mode", [CASES[i] for i in REPRO], ids=[IDS[i] for i in REPRO])
+@pytest.mark.parametrize("name,params,mode,data_mode", CASES, ids=IDS)
 def test_reproducible_for_a_fixed_seed(name, params, mode, data_mode):
     (_, s1, _, m1), (_, s2, _, m2), (_, s3, _, _) = [
         run(make_attack(name, params, mode, data_mode, seed=s, budget=300, checkpoints=(300,))) for s in (3, 3, 4)]
