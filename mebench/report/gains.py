@@ -66,8 +66,8 @@ GAIN_STRATUM: tuple[str, ...] = (
 
 GAIN_COLUMNS: tuple[str, ...] = (
     *GAIN_STRATUM, "label", "attack", "track", "control_label", "control_attack",
-    "control_data_mode", "control_track", "metric", "checkpoint_B", "gain_mean", "ci_low", "ci_high", "n_seeds",
-    "seeds", "ci_excludes_zero", "mean_attack", "mean_control", "cohens_d",
+    "control_data_mode", "control_track", "metric", "checkpoint_B", "gain_mean", "ci_low",
+    "ci_high", "n_seeds", "seeds", "ci_excludes_zero", "mean_attack", "mean_control", "cohens_d",
     "higher_is_better", "span_lo", "span_hi", "note",
 )
 
@@ -131,7 +131,6 @@ def gain_table(frame: pd.DataFrame, also_against: Iterable[str] = (),
     long = long.merge(condition_roles(frame), on=list(CONDITION_KEYS))
     controls = long[(long["role"] == "control") & (long["track"] == CONTROL_TRACK)]
     attacks = long[long["role"] == "attack"]
-    same_mode = list(GAIN_STRATUM)
     across = [k for k in GAIN_STRATUM if k != "data_mode"]
     rows: list[dict[str, Any]] = []
     for key, ctl_g in controls.groupby(across, sort=True):
@@ -147,7 +146,7 @@ def gain_table(frame: pd.DataFrame, also_against: Iterable[str] = (),
                          "control_attack": c_attack, "control_data_mode": c_mode,
                          "control_track": CONTROL_TRACK}
                 rows += [{**ident, **r} for r in _pair_gains(att, ctl, bootstrap)]
-    return _tidy(pd.DataFrame(rows, columns=list(GAIN_COLUMNS)), same_mode)
+    return _tidy(pd.DataFrame(rows, columns=list(GAIN_COLUMNS)))
 
 
 def _pair_gains(att: pd.DataFrame, ctl: pd.DataFrame,
@@ -196,7 +195,7 @@ def _gain(seeds: Iterable[Any], ctl: Any, att: Any, metric: str,
     }
 
 
-def _tidy(gains: pd.DataFrame, stratum: list[str]) -> pd.DataFrame:
+def _tidy(gains: pd.DataFrame) -> pd.DataFrame:
     """Nullable integer budgets (AUC rows have none) and a stable reading order: per
     stratum, the controls of the attack's own data mode first, then ``also_against`` ones."""
     order = {m: i for i, m in enumerate(METRIC_ORDER)}
@@ -204,7 +203,7 @@ def _tidy(gains: pd.DataFrame, stratum: list[str]) -> pd.DataFrame:
                           "n_seeds": "int64"})
     gains = gains.assign(_m=gains["metric"].map(order),
                          _x=gains["control_data_mode"] != gains["data_mode"])
-    gains = gains.sort_values([*stratum, "label", "track", "_x", "control_label", "_m",
+    gains = gains.sort_values([*GAIN_STRATUM, "label", "track", "_x", "control_label", "_m",
                                "checkpoint_B"], kind="stable", na_position="first")
     return gains.drop(columns=["_m", "_x"]).reset_index(drop=True)
 
