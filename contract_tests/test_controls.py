@@ -32,9 +32,6 @@ CONTROLS = [n for n in ATTACKS.names() if ATTACKS.get(n).null_control_for
             and "data_free" in ATTACKS.get(n).data_modes]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 def net(dataset: str = "SYNTH") -> nn.Module:
     p = get_profile(dataset)
     return build_model("tiny_mlp", p.channels, p.num_classes, p.input_size, p.mean, p.std)

@@ -18,8 +18,6 @@ from mebench.errors import ConfigError
 from mebench.testing import _images
 from mebench.validation import validate
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 # W from scipy.stats.shapiro (scipy 1.17.1) for numpy.random.default_rng(2019) draws, in this order.
 SCIPY_W = [(3, "normal", 0.9755364966506179), (5, "normal", 0.8732826306862672),
            (6, "exponential", 0.8332764123929866), (11, "normal", 0.9650363537729876),

@@ -38,9 +38,6 @@ TINY = dict(batch_size=4, grad_m=2, nz=8, generator_width=4, student_steps=3)
 G_COST, S_COST = 4 * 3, 4  # batch * (m + 1), batch
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 def substitute(dataset: str = "SYNTH") -> nn.Module:
     p = get_profile(dataset)
     return build_model("tiny_mlp", p.channels, p.num_classes, p.input_size, p.mean, p.std)

@@ -31,8 +31,6 @@ TINY = dict(batch_size=8, latent_dim=8, generator_width=4, disc_width=4, gan_epo
             clone_epochs=2, clone_batch_size=16, init_fraction=0.05, gan_pool_size=100)
 POOL_SIZE = 400
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def substitute() -> nn.Module:
     p = get_profile("SYNTH")
@@ -138,6 +136,11 @@ def test_proxy_images_come_from_the_pool_only():
     assert len(gan) == 100 and set(used.tolist()) <= gan | set(attack.proxy_index.tolist())
 
 
+def _row_digests(images: torch.Tensor) -> set[bytes]:
+    """One sha1 per image (its raw bytes): equal digests, equal images."""
+    return {hashlib.sha1(row.tobytes()).digest() for row in images.reshape(len(images), -1).numpy()}
+
+
 # issue: the pool the engine hands DFMS is the surrogate's train split, and no image DFMS takes from
 # it (its proxy queries, its GAN's real batches) is an image of the victim's train or test split
 @pytest.mark.parametrize("name", ["dfms", "dfms_hl"])
@@ -153,15 +156,12 @@ def test_engine_proxy_holds_none_of_the_victims_images(make_cfg, tmp_path, name)
     sur_x, _ = get_profile("SYNTHSUR").reader(".", True, False)
     assert torch.equal(attack.pool.images, sur_x)  # the surrogate's train split, nothing else
 
-    def rows(x: torch.Tensor) -> set[bytes]:
-        return {r.tobytes() for r in x.reshape(len(x), -1).numpy()}
-
     victim = set()
     for train in (True, False):
-        victim |= rows(get_profile("SYNTH").reader(".", train, False)[0])
+        victim |= _row_digests(get_profile("SYNTH").reader(".", train, False)[0])
     taken = torch.cat([attack.proxy_index, attack.gan_index])
-    assert len(taken) > 0 and not rows(attack.pool.images[taken]) & victim
-    assert len(rows(sur_x) & victim) == 0
+    assert len(taken) > 0 and not _row_digests(attack.pool.images[taken]) & victim
+    assert len(_row_digests(sur_x) & victim) == 0
 
 
 # issue: every proxy registered for a real victim dataset (its ``serves``: FashionMNIST, EMNIST and
@@ -178,8 +178,7 @@ def _proxy_pairs() -> list[tuple[str, str]]:
 def _digests(root: str, name: str, train: bool) -> frozenset[bytes]:
     from mebench.data.datasets import load_split
 
-    images = load_split(name, Path(root), train=train)[0]
-    return frozenset(hashlib.sha1(row.tobytes()).digest() for row in images.reshape(len(images), -1).numpy())
+    return frozenset(_row_digests(load_split(name, Path(root), train=train)[0]))
 
 
 @pytest.mark.parametrize("victim,proxy", _proxy_pairs(), ids=[f"{v}-{p}" for v, p in _proxy_pairs()])

@@ -22,8 +22,6 @@ from mebench.testing import SpyNet, drive_attack
 SHAPE, K = (1, 8, 8), 4
 FAST = dict(epochs=2, batch_size=32, initial_budget=20, splits=(20, 40, 100), num_erasings=3)
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def tiny() -> nn.Module:
     return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 64, K))

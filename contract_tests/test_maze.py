@@ -28,8 +28,6 @@ TINY = dict(batch_size=4, ndirs=2, latent_dim=8, generator_width=4, iter_clone=3
 G_COST, C_COST = 4 * 3, 4  # batch * (1 + ndirs), batch
 ITER_COST = 4 * ((3 - 1) + 3 * 1)
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def substitute() -> nn.Module:
     p = get_profile("SYNTH")

@@ -12,8 +12,6 @@ from mebench.training.loop import OptimizerSpec
 from mebench.training.track_a import TrackASpec, TrackATrainer, train_seeds_together
 
 register_synthetic()
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def trainer(arch: str, mode: str = "soft_prob") -> TrackATrainer:
     spec = TrackASpec(arch, 1, 4, (8, 8), (0.5,), (0.25,), 1234, 16, 0.2, OptimizerSpec(), mode)

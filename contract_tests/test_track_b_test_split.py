@@ -17,8 +17,6 @@ from typing import Any, Callable, Optional
 import pytest
 import torch
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 TINY_DFMS = dict(batch_size=8, latent_dim=8, generator_width=4, disc_width=4, gan_epochs=1, divgan_epochs=1,
                  clone_epochs=2, clone_batch_size=16, init_fraction=0.05, gan_pool_size=100)
 DATA_FREE = {"dataset": {"data_mode": "data_free", "surrogate_name": None}}
