@@ -12,6 +12,7 @@ kind of attack it runs; capabilities are read from the attack class.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -403,6 +404,8 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         if store is not None:
             store.cleanup()
         cache_dir = store.directory if store is not None else seed_dir / QUERY_CACHE_DIR
+        if store is None and cache_dir.exists():  # interrupted inside make_store, after its mkdir
+            shutil.rmtree(cache_dir, ignore_errors=True)
         summary.setdefault("cache", {"used": None, "policy": cfg.cache.policy, "location": None})
         summary["cache"]["deleted"] = cache_dir is None or not cache_dir.exists()
         timings.update(scorer.timings)
