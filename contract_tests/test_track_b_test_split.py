@@ -17,8 +17,10 @@ from typing import Any, Callable, Optional
 import pytest
 import torch
 
-TINY_DFMS = dict(batch_size=8, latent_dim=8, generator_width=4, disc_width=4, gan_epochs=1, divgan_epochs=1,
-                 clone_epochs=2, clone_batch_size=16, init_fraction=0.05, gan_pool_size=100)
+from test_dfme import TINY as TINY_DFME  # each generative attack's tiny preset lives in its own test module
+from test_dfms import TINY as TINY_DFMS
+from test_maze import TINY as TINY_MAZE
+
 DATA_FREE = {"dataset": {"data_mode": "data_free", "surrogate_name": None}}
 # (id, attack section, other sections): every attack with a Track B of its own
 ATTACKS = [
@@ -35,10 +37,8 @@ ATTACKS = [
      {"substitute": {"arch": "simple_cnn"}}),  # Grad-CAM needs a convolution
     ("activethief", {"name": "activethief", "params": {"strategy": "k_center", "rounds": 2, "max_epochs": 2,
                                                        "patience": 1, "batch_size": 32}}, {}),
-    ("dfme", {"name": "dfme", "params": dict(batch_size=4, grad_m=2, nz=8, generator_width=4, student_steps=3)},
-     DATA_FREE),
-    ("maze", {"name": "maze", "params": dict(batch_size=4, ndirs=2, latent_dim=8, generator_width=4, iter_clone=3,
-                                             iter_exp=2)}, DATA_FREE),
+    ("dfme", {"name": "dfme", "params": TINY_DFME}, DATA_FREE),
+    ("maze", {"name": "maze", "params": TINY_MAZE}, DATA_FREE),
     ("dfms", {"name": "dfms", "params": TINY_DFMS}, {}),
     ("dfms_hl", {"name": "dfms_hl", "output_mode": "hard_top1", "params": TINY_DFMS}, {}),
 ]
