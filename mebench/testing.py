@@ -4,6 +4,8 @@
 
 - dataset profiles ``SYNTH`` (victim dataset, 1x8x8, 4 classes) and
   ``SYNTHSUR`` (its surrogate), read from generated tensors, not from disk;
+- CIFAR-shaped profiles ``SYNTH32`` (victim dataset, 3x32x32, 10 classes) and ``SYNTH32SUR``,
+  for the paths that need real image sizes (convolutions, the generators, CUDA);
 - a model ``tiny_mlp`` (one hidden layer of 32 units).
 
 ``synthetic_victim(path)`` trains a ``tiny_mlp`` victim on SYNTH in well under a
@@ -27,26 +29,39 @@ from mebench.models.registry import MODELS, register_model
 
 SYNTH_SHAPE = (1, 8, 8)
 SYNTH_CLASSES = 4
-SYNTH_SIZES = {"SYNTH": (4000, 600), "SYNTHSUR": (5000, 500)}
+SYNTH_SIZES = {"SYNTH": (4000, 600), "SYNTHSUR": (5000, 500), "SYNTH32": (2000, 300), "SYNTH32SUR": (2000, 300)}
+SYNTH32_SHAPE = (3, 32, 32)
+SYNTH32_CLASSES = 10
+#: name -> (image shape, classes)
+_WORLDS = {"SYNTH": (SYNTH_SHAPE, SYNTH_CLASSES), "SYNTHSUR": (SYNTH_SHAPE, SYNTH_CLASSES),
+           "SYNTH32": (SYNTH32_SHAPE, SYNTH32_CLASSES), "SYNTH32SUR": (SYNTH32_SHAPE, SYNTH32_CLASSES)}
 
 
 def _images(name: str, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
     n_train, n_test = SYNTH_SIZES[name]
     n = n_train if train else n_test
-    g = torch.Generator().manual_seed((7 if name == "SYNTH" else 11) + int(train))
+    shape, classes = _WORLDS[name]
+    victim = not name.endswith("SUR")
+    g = torch.Generator().manual_seed((7 if victim else 11) + int(train))
     protos = torch.Generator().manual_seed(3)
-    centers = 0.35 + 0.3 * torch.rand((SYNTH_CLASSES, *SYNTH_SHAPE), generator=protos)
-    labels = torch.randint(0, SYNTH_CLASSES, (n,), generator=g)
-    spread = 0.3 if name == "SYNTH" else 0.45  # the surrogate is "out of domain": noisier
-    x = (centers[labels] + spread * torch.randn((n, *SYNTH_SHAPE), generator=g)).clamp(0, 1)
+    centers = 0.35 + 0.3 * torch.rand((classes, *shape), generator=protos)
+    labels = torch.randint(0, classes, (n,), generator=g)
+    spread = 0.3 if victim else 0.45  # the surrogate is "out of domain": noisier
+    x = (centers[labels] + spread * torch.randn((n, *shape), generator=g)).clamp(0, 1)
     return (x * 255).round().to(torch.uint8), labels
 
 
 def register_synthetic() -> None:
-    """Register SYNTH, SYNTHSUR and tiny_mlp (idempotent)."""
+    """Register SYNTH, SYNTHSUR, SYNTH32, SYNTH32SUR and tiny_mlp (idempotent)."""
     if "SYNTH" in PROFILES:
         return
     norm = ((0.5,), (0.25,))
+    norm3 = ((0.5,) * 3, (0.25,) * 3)
+    for name, serves in (("SYNTH32", ()), ("SYNTH32SUR", ("SYNTH32",))):
+        n_train, n_test = SYNTH_SIZES[name]
+        register_dataset(DatasetProfile(name, 3, (32, 32), SYNTH32_CLASSES, *norm3, train_size=n_train,
+                                        test_size=n_test, victim_dataset=not serves, serves=serves,
+                                        reader=lambda root, train, download, name=name: _images(name, train)))
     register_dataset(DatasetProfile("SYNTH", 1, (8, 8), SYNTH_CLASSES, *norm, train_size=SYNTH_SIZES["SYNTH"][0],
                                     test_size=SYNTH_SIZES["SYNTH"][1], victim_dataset=True,
                                     reader=lambda root, train, download: _images("SYNTH", train)))
@@ -60,8 +75,8 @@ def register_synthetic() -> None:
                                  nn.ReLU(), nn.Linear(32, num_classes))
 
 
-def synthetic_victim(path: Path, steps: int = 300, seed: int = 0) -> Path:
-    """Train and save a tiny_mlp victim on SYNTH (about 90 % test accuracy)."""
+def synthetic_victim(path: Path, steps: int = 300, seed: int = 0, dataset: str = "SYNTH") -> Path:
+    """Train and save a tiny_mlp victim on SYNTH (about 90 % test accuracy), or on ``dataset``."""
     from mebench.models.registry import Normalized
     from mebench.training.loop import OptimizerSpec, train_steps
     from mebench.victims.load import save_victim
@@ -71,13 +86,14 @@ def synthetic_victim(path: Path, steps: int = 300, seed: int = 0) -> Path:
     if path.is_file():
         return path
     torch.manual_seed(seed)
-    net = MODELS.get("tiny_mlp")(1, SYNTH_CLASSES, (8, 8))
-    model = Normalized(net, (0.5,), (0.25,))
-    x, y = _images("SYNTH", True)
+    (channels, *size), classes = _WORLDS[dataset]
+    net = MODELS.get("tiny_mlp")(channels, classes, tuple(size))
+    model = Normalized(net, (0.5,) * channels, (0.25,) * channels)
+    x, y = _images(dataset, True)
     train_steps(model, x.float() / 255, y, loss_fn=nn.functional.cross_entropy, steps=steps, batch_size=128,
                 optimizer=OptimizerSpec("adam", lr=3e-3, weight_decay=0.0),
                 generator=torch.Generator().manual_seed(seed))
-    save_victim(path, net, "tiny_mlp", SYNTH_CLASSES, 1, (8, 8))
+    save_victim(path, net, "tiny_mlp", classes, channels, tuple(size))
     return path
 
 
