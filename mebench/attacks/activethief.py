@@ -211,6 +211,11 @@ class ActiveThief(Attack):
     has_track_b = True
     Params = ActiveThiefParams
 
+    @classmethod
+    def queries_depend_on_state(cls, params) -> bool:
+        """Every strategy but ``random`` selects for the substitute of the round (§9)."""
+        return params.strategy != "random"
+
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)
         if ctx.pool is None:

@@ -146,6 +146,15 @@ class Attack(ABC):
         return TrainingCost()
 
     @classmethod
+    def queries_depend_on_state(cls, params: Any) -> bool:
+        """Whether this configuration's queries depend on the attacker's state (§9 disclaimer).
+
+        The class flag by default; an attack whose variants differ overrides it (Knockoff's random
+        strategy picks its pool images up front, its adaptive bandit follows the answers).
+        """
+        return cls.state_dependent_queries
+
+    @classmethod
     def describe(cls) -> dict[str, Any]:
         """Capabilities as recorded in run metadata (§6.1)."""
         return {

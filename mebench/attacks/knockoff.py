@@ -254,6 +254,11 @@ class KnockoffNets(RandomPoolWithRecipe):
     Params = KnockoffParams
 
     @classmethod
+    def queries_depend_on_state(cls, params) -> bool:
+        """The adaptive bandit picks each class from the answers so far (§9); random does not."""
+        return params.strategy == "adaptive"
+
+    @classmethod
     def training_cost(cls, params, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
         """The recipe's models, plus the adaptive strategy's online knockoff (a step over every answer)."""
         cost = super().training_cost(params, checkpoints, max_budget)
