@@ -283,3 +283,24 @@ def test_adaptive_needs_a_labelled_pool(make_cfg):
     for key, bad in (("strategy", "bandit"), ("reward", "entropy"), ("step_batch", 0)):
         with pytest.raises(ConfigError, match=key):
             knockoff.KnockoffNets.check_params(knockoff.KnockoffParams(**{key: bad}), 1000, (1000,))
+
+
+# contract 2.2 / 6: the named variant that takes JBDA's step in the reference code's normalized
+# space keeps every augmented image in [mean, mean + std] (the reference's clip of x + δ to [0, 1]
+# on normalized values), with a pixel step of λ·std; the default keeps the paper's pixel space.
+def test_jbda_step_space_normalized_reproduces_the_reference_clip(make_cfg, tmp_path):
+    from test_track_b_test_split import config, fingerprint
+
+    def queries(space: str) -> torch.Tensor:
+        attack = {"name": "jbda", "params": {"round_epochs": 1, "final_epochs": 1, "step_space": space}}
+        return fingerprint(config(make_cfg, attack, {}), tmp_path / space)["x"]
+
+    pixel, normalized = queries("pixel"), queries("normalized")
+    seed = 30  # config()'s seed set, queried first and unchanged
+    assert torch.equal(pixel[:seed], normalized[:seed])
+    lo, hi = 0.1307, 0.1307 + 0.3081
+    aug = normalized[seed:]
+    assert aug.min() >= lo - 1e-6 and aug.max() <= hi + 1e-6
+    assert pixel[seed:].min() < lo or pixel[seed:].max() > hi  # the default is not squashed
+    with pytest.raises(ConfigError, match="step_space"):
+        jbda.Jbda.check_params(jbda.JbdaParams(step_space="logit"), 1000, (1000,))

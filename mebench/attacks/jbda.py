@@ -28,6 +28,16 @@ is github.com/tribhuvanesh/knockoffnets at b830985, ``knockoff/utils/model.py`` 
 - weight_decay = 0.0005  (knockoff/utils/model.py:193)
 - lr_step = 30  (knockoff/utils/model.py:156, not overridden by jacobian.py:131-135)
 - lr_gamma = 0.1  (jacobian.py:134, 162)
+- norm_mean = 0.1307  (knockoff/datasets/__init__.py:68, 86-91: the 'mnist' family's Normalize)
+- norm_std = 0.3081  (knockoff/datasets/__init__.py:69, 86-91)
+* step_space = 'pixel'  (Papernot et al. 2017 take λ on [0, 1] pixels; 'normalized' is the reference code's space)
+
+``step_space: normalized`` is a named variant that reproduces the reference code's arithmetic:
+its victim takes inputs normalized by (``norm_mean``, ``norm_std``) (the MNIST family's values,
+used for FashionMNIST too), and the step, the clip of x + δ to [0, 1] (jacobian.py:316-317) and
+the jb-top radius and PGD step all act on those normalized values. In pixels that is a step of
+λ·std (0.031), and the clip keeps every augmented image in [mean, mean + std] = [0.13, 0.44]: a
+first round squashes each image's contrast, and later rounds augment the squashed images.
 
 The procedure (jacobian.py:117-168), every image the victim sees counted by the oracle:
 
@@ -102,6 +112,12 @@ class JbdaParams:
     weight_decay: float = 5e-4
     lr_step: Optional[int] = 30
     lr_gamma: float = 0.1
+    norm_mean: float = 0.1307
+    norm_std: float = 0.3081
+    step_space: str = "pixel"
+
+
+STEP_SPACES = ("pixel", "normalized")
 
 
 def step_for_round(step_size: float, tau: Optional[int], r: int) -> float:
@@ -170,6 +186,8 @@ class Jbda(Attack):
             ("weight_decay", p.weight_decay >= 0, "must be >= 0"),
             ("lr_step", p.lr_step is None or p.lr_step >= 1, "must be null or >= 1"),
             ("lr_gamma", 0 < p.lr_gamma <= 1, "must be in (0, 1]"),
+            ("step_space", p.step_space in STEP_SPACES, f"must be one of {', '.join(STEP_SPACES)}"),
+            ("norm_std", p.norm_std > 0, "must be > 0"),
         ]
         for name, ok, rule in rules:
             if not ok:
@@ -260,7 +278,10 @@ class Jbda(Attack):
             keep[torch.randperm(x.shape[0], generator=self.ctx.generator)[: p.kappa]] = True  # answer order kept
             x, y, pos = x[keep.to(x.device)], y[keep.to(y.device)], pos[keep]
         left = state.budget_left
-        step = step_for_round(p.step_size, p.tau, r)
+        # pixel space: lo = 0, unit = 1; the reference code's normalized space: the step and the
+        # [0, 1] clip act on (x - mean) / std, i.e. a step of λ·std and a clip to [mean, mean + std]
+        lo, unit = (p.norm_mean, p.norm_std) if p.step_space == "normalized" else (0.0, 1.0)
+        step = step_for_round(p.step_size, p.tau, r) * unit
         labels = labels_of(y)
         out = []
         if p.augmentation == "jb_top":
@@ -271,15 +292,16 @@ class Jbda(Attack):
                 order = model(xs).argsort(dim=1, descending=True)
                 targets = order[order != ls.view(-1, 1)].view(xs.shape[0], -1)[:, :k]  # image-major
                 rep = xs.repeat_interleave(k, dim=0)
-                out.append(targeted_pgd(model, rep, targets.reshape(-1), abs(step), p.pgd_alpha, p.pgd_steps))
+                out.append(targeted_pgd(model, rep, targets.reshape(-1), abs(step), p.pgd_alpha * unit, p.pgd_steps))
             source = pos[:n].repeat_interleave(k)
         else:
             n = min(x.shape[0], left)
             for s in range(0, n, CHUNK):
                 xs = x[s:min(n, s + CHUNK)]
                 delta = step * fgsm_sign(model, xs, labels[s:min(n, s + CHUNK)])
-                delta = torch.minimum(torch.maximum(delta, -xs), 1.0 - xs)  # x + δ in [0, 1] (jacobian.py:316-317)
-                out.append(xs + delta if p.augmentation == "jbda" else (xs - delta).clamp(0.0, 1.0))
+                # x + δ in [lo, lo + unit] (jacobian.py:316-317: [0, 1] in the space the step is taken in)
+                delta = torch.minimum(torch.maximum(delta, lo - xs), lo + unit - xs)
+                out.append((xs + delta).clamp(0.0, 1.0) if p.augmentation == "jbda" else (xs - delta).clamp(0.0, 1.0))
             source = pos[:n]
         return torch.cat(out)[:left].detach(), source[:left]
 
