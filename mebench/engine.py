@@ -441,13 +441,13 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
 
 def _summary_head(cfg: RunConfig, seed: int, prep: Prepared) -> dict[str, Any]:
     cls = ATTACKS.get(cfg.attack.name)
-    params = attack_params(cfg)
+    state_dependent = cls.queries_depend_on_state(attack_params(cfg))
     head: dict[str, Any] = {
         "status": "running", "seed": seed, "run_name": cfg.run.name, "config_hash": cfg.config_hash(),
         "config": cfg.to_dict(),
         "attack": {**cls.describe(), "label": cfg.attack_label(), "output_mode": cfg.attack.output_mode,
                    "params": cfg.to_dict()["attack"]["params"],
-                   "state_dependent_queries": cls.queries_depend_on_state(params)},
+                   "state_dependent_queries": state_dependent},
         "dataset": {**prep.profile.as_metadata(), "data_mode": cfg.dataset.data_mode,
                     "surrogate_name": cfg.dataset.surrogate_name, "seed_size": cfg.dataset.seed_size},
         "victim": prep.victim_meta,
@@ -458,7 +458,7 @@ def _summary_head(cfg: RunConfig, seed: int, prep: Prepared) -> dict[str, Any]:
                     "scheduler": "cosine over S(B)", "loss": "kl" if cfg.attack.output_mode == "soft_prob" else "ce"},
         "versions": library_versions(), "git": git_commit(), "machine": machine_info(cfg.run.device),
     }
-    if cls.queries_depend_on_state(params):
+    if state_dependent:
         head["disclaimer"] = DISCLAIMER_9
     return head
 
