@@ -2,12 +2,15 @@
 
 Each test runs ``engine.run_seed`` once with the harness's fixtures
 (``mebench.harness``), records the result (``<cells dir>/<cell id>/result.json``
-and the JSON report), then checks the contract on what the run produced. Ids read
+and the JSON report), then checks the contract on what the run produced; a checkpoint whose
+training collapsed or diverged (``mebench.training.health``) raises a ``TrainingHealthWarning``. Ids read
 ``<benchmark>-<victim key>-<attack label>-<data mode>-<output mode>-s<seed>``, so
 ``-k dfme``, ``-k "random and hard_top1"`` or ``-k s0`` select what they say.
 """
 
 from __future__ import annotations
+
+import warnings
 
 from mebench import engine
 from mebench.cells import CellRecorder, PrefixAudit
@@ -15,6 +18,7 @@ from mebench.config import RunConfig
 from mebench.grid import Cell
 from mebench.harness import contract_problems
 from mebench.oracle import Oracle
+from mebench.training.health import TrainingHealthWarning
 from mebench.training.track_a import TrackATrainer
 
 
@@ -25,4 +29,6 @@ def test_cell(cell: Cell, run_config: RunConfig, victim: engine.Prepared, oracle
                                  oracle=oracle, store=query_cache, trainer=track_a_trainer, say=cell_record.say)
     problems = contract_problems(run_config, cell, result, oracle, query_cache)
     cell_record.finish(result, problems)
+    for flag in result.summary.get("health_flags", []):  # the metrics stand; the reader is told
+        warnings.warn(TrainingHealthWarning(f"{cell.id}: {flag}"))
     assert not problems, "contract violations:\n  " + "\n  ".join(problems)

@@ -251,16 +251,58 @@ class BrokenTrainer:
     def steps(self, budget):
         return self.real.steps(budget)
 
-    def train(self, x, y, on_step=None):
+    def train(self, x, y, on_step=None, losses=None):
         if self.hard:
             raise RuntimeError("injected failure")
-        return self.real.train(x, y, on_step)
+        return self.real.train(x, y, on_step, losses)
 
 
 @pytest.fixture
 def track_a_trainer(run_config, victim):
     return BrokenTrainer(engine.make_track_a_trainer(run_config, victim), run_config.attack.output_mode == "hard_top1")
 """
+
+
+COLLAPSING = """\
+import pytest
+import torch
+from mebench import engine
+from test_cells import test_cell  # the same test, with a Track A substitute that answers one class
+
+
+class CollapsingTrainer:
+    def __init__(self, real):
+        self.real = real
+
+    def steps(self, budget):
+        return self.real.steps(budget)
+
+    def train(self, x, y, on_step=None, losses=None):
+        model = self.real.train(x, y, on_step, losses)
+        last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+        with torch.no_grad():
+            last.weight.zero_()
+            last.bias.zero_()
+            last.bias[0] = 1.0
+        return model
+
+
+@pytest.fixture
+def track_a_trainer(run_config, victim):
+    return CollapsingTrainer(engine.make_track_a_trainer(run_config, victim))
+"""
+
+
+# training health: a collapsed Track A passes the contract (the protocol ran) but the cell warns and records it
+def test_a_collapsed_cell_warns_and_records_the_flag(bench: pytest.Pytester) -> None:
+    (bench.path / "benchmarks" / "test_collapsing.py").write_text(COLLAPSING)
+    result = bench.runpytest("benchmarks/test_collapsing.py", "-k", "random and surrogate and soft_prob and s0",
+                             "--mebench-json", "collapsing.json")
+    result.assert_outcomes(passed=1, warnings=2)
+    result.stdout.fnmatch_lines(["*TrainingHealthWarning: synth-mlp-random-surrogate-soft_prob-s0: Track A B=100 collapsed*"])
+    cell = cells_by_id(bench.path / "collapsing.json")["synth-mlp-random-surrogate-soft_prob-s0"]
+    assert cell["status"] == "passed"
+    assert [f.split(":")[0] for f in cell["summary"]["health_flags"]] == ["Track A B=100 collapsed", "Track A B=300 collapsed"]
 
 
 # contract 8, 11.2: a contract violation fails the cell, an exception errors it; the cache goes either way

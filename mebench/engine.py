@@ -44,6 +44,7 @@ from mebench.serial import config_hash
 from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator, seed_everything
 from mebench.state import EngineState
+from mebench.training.health import LossCurve, assess
 from mebench.training.track_a import TrackASpec, TrackATrainer
 from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
 from mebench.types import CheckpointResult
@@ -183,6 +184,7 @@ class CheckpointScorer:
         self.final_model: Optional[torch.nn.Module] = None
         self.timings = {"track_a": 0.0, "track_b": 0.0}
         self.track_a_steps: dict[int, int] = {}
+        self.health: list[dict[str, Any]] = []  # one record per scored checkpoint and track (training.health)
         self.transfer: Optional[TransferEvaluator] = None
         self.transfer_rows: list[dict[str, Any]] = []
         if cfg.metrics.transfer:  # the victim through the evaluation path: never the oracle, never the attack
@@ -193,6 +195,14 @@ class CheckpointScorer:
             t0 = time.perf_counter()
             self.transfer_rows += self.transfer.reference_rows(seed, prep.transfer_reference)
             self.timings["transfer"] += time.perf_counter() - t0
+
+    def record_health(self, track: str, budget: int, share: float, curve: Optional[LossCurve] = None) -> None:
+        """Keep the checkpoint's health record; say each flag it raises (``mebench.training.health``)."""
+        record = assess(track, budget, share, self.prep.evaluator.victim_top_share, curve)
+        self.health.append(record)
+        for flag in record["flags"]:
+            if self.say is not None:
+                self.say(f"WARNING {flag}")
 
     def score_transfer(self, model: torch.nn.Module, budget: int, track: str) -> None:
         """Transfer success of one checkpoint substitute (``metrics.transfer``), kept for transfer.csv."""
@@ -213,12 +223,14 @@ class CheckpointScorer:
                 bar.update()
                 ticker.update()
 
-            model = self.trainer.train(x, y, on_step=on_step)
+            losses = torch.zeros(steps, dtype=torch.float32, device=self.prep.device)
+            model = self.trainer.train(x, y, on_step=on_step, losses=losses)
         self.track_a_steps[budget] = ticker.done  # recorded once trained: an interrupted training lists nothing
-        metrics = self.prep.evaluator.evaluate(model)
+        metrics, share = self.prep.evaluator.score(model)
         self.final_model = model
         dt = time.perf_counter() - t0
         ticker.close(f"agreement {metrics.agreement:.4f}, acc {metrics.acc_gt:.4f}")
+        self.record_health("A", budget, share, LossCurve.of(losses[:ticker.done]))
         self.timings["track_a"] += dt
         self.score_transfer(model, budget, "A")
         return CheckpointResult(self.seed, budget, "A", metrics, dt)
@@ -230,8 +242,9 @@ class CheckpointScorer:
         model = attack.track_b_model(state)
         if model is None:
             return None
-        metrics = self.prep.evaluator.evaluate(model)
+        metrics, share = self.prep.evaluator.score(model)
         dt = time.perf_counter() - t0
+        self.record_health("B", budget, share)
         self.timings["track_b"] += dt
         self.score_transfer(model, budget, "B")
         return CheckpointResult(self.seed, budget, "B", metrics, dt)
@@ -468,7 +481,8 @@ def _summary_tail(oracle: Oracle, timings: dict[str, float], scorer: CheckpointS
     collect_s = timings.get("collect") or 0.0
     return {"queries_used": oracle.queries_used, "budget": oracle.budget,
             "timings_s": timings, "queries_per_second": (oracle.queries_used / collect_s) if collect_s else None,
-            "track_a_steps": {str(k): v for k, v in scorer.track_a_steps.items()}, "results": rows}
+            "track_a_steps": {str(k): v for k, v in scorer.track_a_steps.items()}, "results": rows,
+            "training_health": scorer.health, "health_flags": [f for r in scorer.health for f in r["flags"]]}
 
 
 def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:

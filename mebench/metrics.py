@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mebench.inference import eval_logits
+from mebench.training.health import top_class_share
 from mebench.types import OUTPUT_MODES, Metrics
 
 
@@ -103,6 +104,12 @@ class Evaluator:
         self.victim_probs = victim_probs.to(self.device)
         self.soft = soft
         self.batch_size = batch_size
+        self.victim_top_share = top_class_share(self.victim_probs)
+
+    def score(self, model: nn.Module) -> tuple[Metrics, float]:
+        """The metrics and the substitute's top-class share (``mebench.training.health``), one pass."""
+        logits = self.logits(model)
+        return metrics_from_logits(logits, self.victim_probs, self.y, self.soft), top_class_share(logits)
 
     def logits(self, model: nn.Module) -> torch.Tensor:
         return eval_logits(model, self.x, self.batch_size)

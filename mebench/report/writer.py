@@ -19,6 +19,7 @@ from mebench.report.gains import (check_also_against, condition_roles, gain_bloc
 from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, excluded_runs,
                                         leaderboard_blocks, leaderboard_latex, leaderboard_table)
 from mebench.report.detection import detection_blocks, detection_table
+from mebench.report.health import health_blocks, health_frame
 from mebench.report.zoo import zoo_blocks, zoo_tables
 from mebench.report.load import NoResultsError, detection_frame, load_records, results_frame, split_incomplete
 from mebench.report.plots import slug, write_curve_figures, write_defense_scatter
@@ -140,4 +141,10 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     if not detection.empty:
         _write_table(detection, out, "detection", files)
         _write_pages(detection_blocks(detection), out, "detection", "mebench detection", files, html=False)
+    health = health_frame(records)
+    if not health.empty:
+        warnings.warn(f"{len(health)} checkpoint(s) flagged by the training-health checks: see "
+                      f"{out / 'health.md'}", stacklevel=2)
+        _write_table(health, out, "health", files)
+        _write_pages(health_blocks(health), out, "health", "mebench training health", files, html=False)
     return files

@@ -83,12 +83,16 @@ def train_steps(
     check_every: int = 100,
     on_step: Optional[Callable[[int], None]] = None,
     transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    losses: Optional[torch.Tensor] = None,
 ) -> nn.Module:
     """Train ``model`` for ``steps`` steps on ``(x, y)`` with a fresh optimizer and schedule.
 
     ``x``/``y`` may live on the CPU (batches are moved) or on the model's device
     (fast path). ``transform`` (e.g. augmentation for victim recipes; never used by
-    Track A, §5) is applied to each input batch. Raises ``DivergenceError`` if the loss becomes NaN or infinite.
+    Track A, §5) is applied to each input batch. ``losses``, a float tensor of ``steps``
+    entries on the model's device, receives each step's loss (a device copy, no host
+    synchronisation; ``mebench.training.health`` reads it). Raises ``DivergenceError`` if the
+    loss becomes NaN or infinite.
     """
     device = next(model.parameters()).device
     opt = make_optimizer(model.parameters(), optimizer)
@@ -111,6 +115,8 @@ def train_steps(
         if sched is not None:
             sched.step()
         finite &= torch.isfinite(loss.detach())
+        if losses is not None:
+            losses[step - 1] = loss.detach()
         if step % check_every == 0 or step == steps:
             if not bool(finite):
                 raise DivergenceError(f"training loss became NaN or infinite by step {step} of {steps}")

@@ -68,13 +68,14 @@ class TrackATrainer:
         return model.to(self.device)
 
     def train(self, x: torch.Tensor, y: torch.Tensor,
-              on_step: Optional[Callable[[int], None]] = None) -> nn.Module:
-        """A fresh model trained on D_B = (x, y) for S(len(x)) steps."""
+              on_step: Optional[Callable[[int], None]] = None,
+              losses: Optional[torch.Tensor] = None) -> nn.Module:
+        """A fresh model trained on D_B = (x, y) for S(len(x)) steps (``losses``: see ``train_steps``)."""
         model = self.fresh_model()
         g = torch.Generator().manual_seed(self.spec.init_seed)
         return train_steps(model, x.to(self.device), y.to(self.device), loss_fn=self.loss_fn,
                            steps=self.steps(int(x.shape[0])), batch_size=self.spec.batch_size,
-                           optimizer=self.spec.optimizer, generator=g, on_step=on_step)
+                           optimizer=self.spec.optimizer, generator=g, on_step=on_step, losses=losses)
 
 
 def train_seeds_together(trainer: TrackATrainer, datasets: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[nn.Module]:
