@@ -38,12 +38,16 @@ CASES = [("jbda", {"augmentation": "jbda"}, "soft_prob", "seed"),
          ("jbda", {"augmentation": "jb_self"}, "hard_top1", "surrogate"),
          ("jbda", {"augmentation": "jb_top"}, "soft_prob", "seed"),
          ("jbda", {"augmentation": "jb_top", "kappa": 5, "sigma": 1}, "hard_top1", "surrogate"),
+         ("jbda", {"dataset_update": "reference_inplace"}, "soft_prob", "seed"),
+         ("jbda", {"augmentation": "jb_self", "dataset_update": "reference_inplace", "kappa": 5, "sigma": 1},
+          "hard_top1", "surrogate"),
          ("knockoff", {}, "soft_prob", "surrogate"),
          ("knockoff", {}, "hard_top1", "seed"),
          ("copycat", {}, "hard_top1", "surrogate"),
          ("knockoff", {"strategy": "adaptive"}, "soft_prob", "surrogate"),
          ("knockoff", {"strategy": "adaptive", "reward": "loss"}, "hard_top1", "surrogate")]
 IDS = [f"{a}-{p.get('augmentation', p.get('strategy', a))}-{m}-{d}" + ("-kappa" if "kappa" in p else "")
+       + ("-inplace" if "dataset_update" in p else "")
        + (f"-{p['reward']}" if "reward" in p else "") for a, p, m, d in CASES]
 
 
@@ -304,3 +308,30 @@ def test_jbda_step_space_normalized_reproduces_the_reference_clip(make_cfg, tmp_
     assert pixel[seed:].min() < lo or pixel[seed:].max() > hi  # the default is not squashed
     with pytest.raises(ConfigError, match="step_space"):
         jbda.Jbda.check_params(jbda.JbdaParams(step_space="logit"), 1000, (1000,))
+
+
+# contract 1.1 / 3 / 6: the named variant with the reference code's in-place data set
+# (jacobian.py:187, 234-238) queries each round's images as 2^r identical copies, every copy
+# charged, and its own model trains on about seed-size distinct images; the default keeps every answer.
+def test_jbda_reference_inplace_dataset_keeps_copies_of_the_latest_augmentation():
+    attack = make_attack("jbda", {"dataset_update": "reference_inplace", "tau": None}, "soft_prob", "seed")
+    oracle, state, batches, _ = run(attack)
+    assert oracle.queries_used == len(state.store) == 1001
+    rounds: dict[int, list[torch.Tensor]] = {}
+    for b in batches:
+        rounds.setdefault(b.meta["round"], []).append(b.x)
+    sizes = {r: sum(len(x) for x in xs) for r, xs in rounds.items()}
+    assert sizes == {-1: 20, 0: 20, 1: 40, 2: 80, 3: 160, 4: 320, 5: 361}  # |D| doubles; the last round is cut
+    for r in (1, 2, 3, 4):  # D = 2^r copies of the previous round's 20 augmentations, queried in that order
+        x = torch.cat(rounds[r]).flatten(1)
+        copies = x.view(2 ** r, 20, -1)
+        assert torch.equal(copies, copies[:1].expand_as(copies))
+    x, _ = attack._data_set(state)  # the final model's D: rewritten rows then their copy (jacobian.py:237-238)
+    assert x.shape[0] == 640 + 361 and x.flatten(1).unique(dim=0).shape[0] == 40
+    union = make_attack("jbda", {"tau": None}, "soft_prob", "seed")
+    _, ustate, _, _ = run(union)
+    assert union._data_set(ustate)[0].flatten(1).unique(dim=0).shape[0] > 900
+    with pytest.raises(ConfigError, match="dataset_update"):
+        jbda.Jbda.check_params(jbda.JbdaParams(augmentation="jb_top", dataset_update="reference_inplace"), 1000, (1000,))
+    with pytest.raises(ConfigError, match="dataset_update"):
+        jbda.Jbda.check_params(jbda.JbdaParams(dataset_update="inplace"), 1000, (1000,))

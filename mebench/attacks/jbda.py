@@ -31,6 +31,7 @@ is github.com/tribhuvanesh/knockoffnets at b830985, ``knockoff/utils/model.py`` 
 - norm_mean = 0.1307  (knockoff/datasets/__init__.py:68, 86-91: the 'mnist' family's Normalize)
 - norm_std = 0.3081  (knockoff/datasets/__init__.py:69, 86-91)
 * step_space = 'pixel'  (Papernot et al. 2017 take λ on [0, 1] pixels; 'normalized' is the reference code's space)
+* dataset_update = 'union'  (Papernot et al. 2017's D ← D ∪ augmented; 'reference_inplace' is the reference code's)
 
 ``step_space: normalized`` is a named variant that reproduces the reference code's arithmetic:
 its victim takes inputs normalized by (``norm_mean``, ``norm_std``) (the MNIST family's values,
@@ -38,6 +39,19 @@ used for FashionMNIST too), and the step, the clip of x + δ to [0, 1] (jacobian
 the jb-top radius and PGD step all act on those normalized values. In pixels that is a step of
 λ·std (0.031), and the clip keeps every augmented image in [mean, mean + std] = [0.13, 0.44]: a
 first round squashes each image's contrast, and later rounds augment the squashed images.
+
+``dataset_update: reference_inplace`` (``jbda`` and ``jb_self`` only) is a named variant that
+reproduces how the reference code keeps its data set D. ``jacobian_augmentation`` takes
+``D_sampled = self.D`` (jacobian.py:187, no copy unless ``kappa`` sampling applies, jacobian.py:
+177-181, 185), writes each augmented image and its answer over the row it came from
+(jacobian.py:234-235) and returns ``cat([self.D, D_sampled])`` (jacobian.py:237-238), the same
+tensor twice. After round r, D is 2^(r+1) copies of the 100 latest augmentations: the next round
+queries each of them 2^(r+1) times (the victim answers every copy, and every copy is charged), the
+round models and the final model train on those copies alone, and at any budget the attacker's
+data holds about 100 distinct images. A round cut by the budget rewrites only its first rows
+(jacobian.py:189-196: a view of D). mebench represents D as positions in the answer log, so the
+answer each row holds is the one the victim gave; at a checkpoint inside a round, Track B trains
+on D with the rows answered so far rewritten (the reference never scores mid-round).
 
 The procedure (jacobian.py:117-168), every image the victim sees counted by the oracle:
 
@@ -115,9 +129,11 @@ class JbdaParams:
     norm_mean: float = 0.1307
     norm_std: float = 0.3081
     step_space: str = "pixel"
+    dataset_update: str = "union"
 
 
 STEP_SPACES = ("pixel", "normalized")
+DATASET_UPDATES = ("union", "reference_inplace")
 
 
 def step_for_round(step_size: float, tau: Optional[int], r: int) -> float:
@@ -188,6 +204,10 @@ class Jbda(Attack):
             ("lr_gamma", 0 < p.lr_gamma <= 1, "must be in (0, 1]"),
             ("step_space", p.step_space in STEP_SPACES, f"must be one of {', '.join(STEP_SPACES)}"),
             ("norm_std", p.norm_std > 0, "must be > 0"),
+            ("dataset_update", p.dataset_update in DATASET_UPDATES, f"must be one of {', '.join(DATASET_UPDATES)}"),
+            ("dataset_update", p.dataset_update == "union" or p.augmentation != "jb_top",
+             "reference_inplace is the jbda / jb_self routine's; the reference's jb_top routine appends "
+             "(jacobian.py:295), so jb_top takes 'union'"),
         ]
         for name, ok, rule in rules:
             if not ok:
@@ -221,6 +241,10 @@ class Jbda(Attack):
         self._pending: torch.Tensor = ctx.pool.get(pick, ctx.device)
         self._source = torch.full((n,), -1, dtype=torch.long)  # answer position each image augments
         self.round = -1  # the seed set precedes round 0
+        # dataset_update reference_inplace: D as positions in the answer log, and the round in flight
+        # (first answer position, number of images, whether its rows rewrite D in place)
+        self._d = torch.arange(n)
+        self._flight: Optional[tuple[int, int, bool]] = None
         self._track_b: Optional[nn.Module] = None
         self._track_b_n = -1
 
@@ -253,14 +277,38 @@ class Jbda(Attack):
             raise ValueError(f"oracle answered {len(output)} of {len(batch)} images")
 
     def track_b_model(self, state: "EngineState") -> nn.Module:
-        """A fresh substitute trained ``final_epochs`` epochs on everything answered so far."""
+        """A fresh substitute trained ``final_epochs`` epochs on everything answered so far (on the
+        reference's D for ``dataset_update: reference_inplace``)."""
         n = state.queries_used
         if self._track_b_n != n:
-            x, y = (t.to(self.ctx.device) for t in state.labelled(n))
+            x, y = self._data_set(state)
             self._track_b = self._train(x, y, self.params.final_epochs, self.params.final_lr, f"jbda-final-{n}")
             self._track_b_n = n
         assert self._track_b is not None
         return self._track_b
+
+    # -- the attacker's data set D ----------------------------------------------------
+    def _positions(self, answered: int) -> torch.Tensor:
+        """reference_inplace: D's answer positions once ``answered`` queries are in: the round in
+        flight rewrites its rows in place as they are answered, and D doubles when it is complete."""
+        if self._flight is None:
+            return self._d
+        start, n, inplace = self._flight
+        done = min(max(answered - start, 0), n)
+        fresh = torch.arange(start, start + done)
+        if not inplace:  # a kappa sample is a copy: D grows by the round's answers when it is complete
+            return torch.cat([self._d, fresh]) if done == n else self._d
+        d = self._d.clone()
+        d[:done] = fresh
+        return torch.cat([d, d[:n]]) if done == n else d
+
+    def _data_set(self, state: "EngineState") -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y) the attacker trains on: every answer (``union``) or the reference's D."""
+        x, y = (t.to(self.ctx.device) for t in state.labelled())
+        if self.params.dataset_update == "union":
+            return x, y
+        d = self._positions(state.queries_used).to(x.device)
+        return x[d], y[d]
 
     # -- one round of augmentation -----------------------------------------------------
     def _augment(self, state: "EngineState") -> tuple[torch.Tensor, torch.Tensor]:
@@ -268,12 +316,16 @@ class Jbda(Attack):
         p = self.params
         self.round += 1
         r = self.round
-        x, y = (t.to(self.ctx.device) for t in state.labelled())
+        inplace = p.dataset_update == "reference_inplace"
+        if inplace:
+            self._d, self._flight = self._positions(state.queries_used), None  # the last round is complete
+        x, y = self._data_set(state)
         model = self._train(x, y, p.round_epochs, p.round_lr, f"jbda-round-{r}")
         for q in model.parameters():
             q.requires_grad_(False)
-        pos = torch.arange(x.shape[0])
-        if p.kappa is not None and r >= p.sigma and p.kappa < x.shape[0]:
+        pos = self._d.clone() if inplace else torch.arange(x.shape[0])
+        sampled = p.kappa is not None and r >= p.sigma and p.kappa < x.shape[0]
+        if sampled:
             keep = torch.zeros(x.shape[0], dtype=torch.bool)
             keep[torch.randperm(x.shape[0], generator=self.ctx.generator)[: p.kappa]] = True  # answer order kept
             x, y, pos = x[keep.to(x.device)], y[keep.to(y.device)], pos[keep]
@@ -303,6 +355,8 @@ class Jbda(Attack):
                 delta = torch.minimum(torch.maximum(delta, lo - xs), lo + unit - xs)
                 out.append((xs + delta).clamp(0.0, 1.0) if p.augmentation == "jbda" else (xs - delta).clamp(0.0, 1.0))
             source = pos[:n]
+        if inplace:
+            self._flight = (state.queries_used, min(int(source.numel()), left), not sampled)
         return torch.cat(out)[:left].detach(), source[:left]
 
 
