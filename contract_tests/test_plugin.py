@@ -265,26 +265,9 @@ def track_a_trainer(run_config, victim):
 
 COLLAPSING = """\
 import pytest
-import torch
 from mebench import engine
+from mebench.testing import CollapsingTrainer
 from test_cells import test_cell  # the same test, with a Track A substitute that answers one class
-
-
-class CollapsingTrainer:
-    def __init__(self, real):
-        self.real = real
-
-    def steps(self, budget):
-        return self.real.steps(budget)
-
-    def train(self, x, y, on_step=None, losses=None):
-        model = self.real.train(x, y, on_step, losses)
-        last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
-        with torch.no_grad():
-            last.weight.zero_()
-            last.bias.zero_()
-            last.bias[0] = 1.0
-        return model
 
 
 @pytest.fixture

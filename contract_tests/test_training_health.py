@@ -15,6 +15,7 @@ from torch import nn
 
 from mebench import engine
 from mebench.report import write_report
+from mebench.testing import CollapsingTrainer
 from mebench.training.health import COLLAPSE_SHARE, LossCurve, assess, top_class_share
 from mebench.training.loop import OptimizerSpec, train_steps
 
@@ -87,33 +88,13 @@ def test_a_healthy_run_records_every_checkpoint_and_raises_no_flag(make_cfg):
     assert not (write_report(res.directory, res.directory / "report").keys() & {"health_csv", "health_md"})
 
 
-class CollapsingTrainer:
-    """The real Track A trainer, then the substitute is made to answer class 0 for everything and
-    the recorded loss is made to climb back after its best window (what a diverged run leaves)."""
-
-    def __init__(self, real):
-        self.real = real
-
-    def steps(self, budget):
-        return self.real.steps(budget)
-
-    def train(self, x, y, on_step=None, losses=None):
-        model = self.real.train(x, y, on_step, losses)
-        last = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
-        with torch.no_grad():
-            last.weight.zero_()
-            last.bias.copy_(torch.arange(last.bias.numel(), 0, -1, dtype=last.bias.dtype))
-        losses[len(losses) // 2:] = 5.0
-        return model
-
-
 def test_a_collapsed_track_a_is_flagged_in_the_summary_the_log_and_the_report(make_cfg, tmp_path):
     cfg = make_cfg()
     prep = engine.prepare(cfg)
     lines: list[str] = []
     seed_dir = tmp_path / "run" / "seed_0"
     result = engine.run_seed(cfg, 0, prep, seed_dir, progress=False, say=lines.append,
-                             trainer=CollapsingTrainer(engine.make_track_a_trainer(cfg, prep)))
+                             trainer=CollapsingTrainer(engine.make_track_a_trainer(cfg, prep), diverge=True))
     flags = result.summary["health_flags"]
     assert [f.split(":")[0] for f in flags] == ["Track A B=200 collapsed", "Track A B=200 diverged",
                                                 "Track A B=500 collapsed", "Track A B=500 diverged"]

@@ -132,6 +132,30 @@ def synthetic_config(tmp_path: Path, **overrides: Any) -> RunConfig:
     return parse_config(deep_update(synthetic_config_dict(tmp_path), overrides))
 
 
+class CollapsingTrainer:
+    """A Track A trainer whose substitute collapses: the real trainer, then the last linear layer
+    is made to answer class 0 for every input; with ``diverge`` the second half of the recorded
+    losses is set to 5.0 (what a run that learned and then lost it leaves). For the training-health
+    tests (``mebench.training.health``)."""
+
+    def __init__(self, real: Any, diverge: bool = False) -> None:
+        self.real, self.diverge = real, diverge
+
+    def steps(self, budget: int) -> int:
+        return self.real.steps(budget)
+
+    def train(self, x: torch.Tensor, y: torch.Tensor, on_step: Any = None,
+              losses: Optional[torch.Tensor] = None) -> nn.Module:
+        model = self.real.train(x, y, on_step, losses)
+        last = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
+        with torch.no_grad():
+            last.weight.zero_()
+            last.bias.copy_(torch.arange(last.bias.numel(), 0, -1, dtype=last.bias.dtype))
+        if self.diverge and losses is not None:
+            losses[len(losses) // 2:] = 5.0
+        return model
+
+
 class SpyNet(nn.Module):
     """Wraps a network and counts the images that reach its forward pass (what the victim saw)."""
 
