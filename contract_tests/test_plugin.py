@@ -493,6 +493,43 @@ def test_sigterm_stops_workers_and_removes_caches(bench: pytest.Pytester, group:
     assert not list((bench.path / "cells").rglob(".query_cache")), out.decode(errors="replace")[-3000:]
 
 
+# contract 11.2: an xdist worker killed outright (SIGKILL; xdist's own teardown does this to a worker
+# that does not exit in time on a loaded machine) cannot clean up; its controller removes the cache
+# at the end of the run, and only caches of its own run (a second run may share the cells folder)
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
+def test_a_killed_worker_s_query_cache_is_removed_by_its_controller(bench: pytest.Pytester) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    other = bench.path / "cells" / "synth-mlp-dfme-data_free-soft_prob-s1" / ".query_cache"
+    other.mkdir(parents=True)
+    (other / "owner").write_text("another run's token")
+    cmd = [sys.executable, "-m", "pytest", "benchmarks", "-k", "dfme and s0", "-n", "1", "-p", "no:benchmark",
+           "--budgets", "1000000", "--mebench-allow-large", "--mebench-cells", "cells"]  # one long cell
+    proc = subprocess.Popen(cmd, cwd=bench.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    cache = bench.path / "cells" / "synth-mlp-dfme-data_free-soft_prob-s0" / ".query_cache"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None and not (cache / "owner").exists():
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        assert proc.poll() is None and (cache / "owner").exists() and len(workers) == 1, "the cell should be running"
+        os.kill(workers.pop(), signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    text = out.decode(errors="replace")
+    assert proc.returncode != 0 and "crashed" in text, text[-3000:]
+    assert not cache.exists(), text[-3000:]
+    assert (other / "owner").read_text() == "another run's token"
+
+
 # contract 11.2: a run killed outright (SIGKILL) cannot clean up; --resume removes what it left
 def test_resume_removes_query_caches_a_killed_run_left(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0", "--mebench-cells", "cells")

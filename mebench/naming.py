@@ -8,6 +8,7 @@ from pathlib import Path
 
 #: The temporary query store's folder inside a seed or cell folder (§11.2: removed when the run ends).
 QUERY_CACHE_DIR = ".query_cache"
+QUERY_CACHE_OWNER = "owner"  # inside the cache: the token of the pytest run whose cell made it
 
 #: Attack labels, victim keys and defense labels: letters, digits and '_' ('-' separates cell id parts).
 LABEL_RE = re.compile(r"^[A-Za-z0-9_]+$")

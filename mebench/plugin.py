@@ -134,6 +134,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     bench_session(session.config).finish()
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Controller, after the workers are gone: remove the query caches a killed worker left."""
+    bench = config.stash.get(BENCH_KEY, None)
+    if bench is not None:
+        bench.remove_own_caches()
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """A compact results table (mean ± std over seeds) and the report's path."""
     lines = bench_session(config).summary_lines()

@@ -20,6 +20,7 @@ import math
 import re
 import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
@@ -29,7 +30,7 @@ import yaml
 
 from mebench.cells import CELL_ID_KEY, RECORD_KEY, read_json
 from mebench.grid import Cell, GridError, GridSet, load_grids
-from mebench.naming import QUERY_CACHE_DIR, unused_stamp_dir
+from mebench.naming import QUERY_CACHE_DIR, QUERY_CACHE_OWNER, unused_stamp_dir
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -142,6 +143,8 @@ class BenchSession:
         self.options = BenchOptions.from_config(config)
         self.worker_id: str = getattr(config, "workerinput", {}).get("workerid", "master")
         self.is_worker = hasattr(config, "workerinput")
+        # names this run's query caches (the controller's, handed to every xdist worker)
+        self.run_token: str = getattr(config, "workerinput", {}).get("mebench_run_token") or uuid.uuid4().hex
         self.gpu_warning: Optional[str] = None  # set by the controller at configure time
         self.started = time.time()
         self._grid: Optional[GridSet] = None
@@ -169,6 +172,27 @@ class BenchSession:
             self.messages.append(f"--resume: removed {len(stale)} temporary query cache"
                                  f"{'s' if len(stale) > 1 else ''} an interrupted run left in {self.options.cells_dir}")
         return stale
+
+    def remove_own_caches(self) -> list[Path]:
+        """Controller, at the end of the run: remove the query caches (§11.2) this run's cells left.
+
+        A cell's ``finally`` removes its cache, but a worker that an interrupted xdist run tears
+        down is killed outright when it does not exit in time (a loaded machine), and its cache
+        would survive. Only caches marked with this run's token are removed, so a second run
+        sharing the cells folder keeps its live ones.
+        """
+        if self.is_worker or not self.options.cells_dir.is_dir():
+            return []
+        mine = []
+        for path in self.options.cells_dir.glob(f"*/{QUERY_CACHE_DIR}"):
+            try:
+                owner = (path / QUERY_CACHE_OWNER).read_text()
+            except OSError:
+                continue
+            if owner == self.run_token:
+                shutil.rmtree(path, ignore_errors=True)
+                mine.append(path)
+        return sorted(mine)
 
     def check_gpus(self) -> Optional[str]:
         """Controller only: reject GPU indices that do not exist; say once when CUDA is missing."""
@@ -324,8 +348,8 @@ class BenchSession:
         return say
 
     def worker_input(self) -> dict[str, str]:
-        """What the controller hands each xdist worker: the run's cells folder."""
-        return {"mebench_cells_dir": str(self.options.cells_dir)}
+        """What the controller hands each xdist worker: the run's cells folder and its token."""
+        return {"mebench_cells_dir": str(self.options.cells_dir), "mebench_run_token": self.run_token}
 
     def cell_dir(self, cell: Cell) -> Path:
         """``<cells dir>/<cell id>``: the seed artifacts, ``result.json`` and the temporary query cache."""

@@ -11,7 +11,8 @@ engine one object it would otherwise build itself
   source), built once per process for each victim key;
 - ``oracle``: a fresh oracle with the cell's full budget;
 - ``query_cache``: the query store in ``<cells dir>/<cell id>/.query_cache``,
-  deleted after the cell whatever happens, audited for the D_B prefix rule;
+  deleted after the cell whatever happens (by the controller at the end of the run should the
+  worker be killed outright), audited for the D_B prefix rule;
 - ``track_a_trainer``: the Track A trainer every attack shares;
 - ``cell_record``: the cell's record (``result.json``, the report channel, progress lines).
 
@@ -39,7 +40,7 @@ from mebench.config import RunConfig
 from mebench.errors import interrupt_on_sigterm
 from mebench.grid import Cell
 from mebench.metrics import METRICS
-from mebench.naming import QUERY_CACHE_DIR
+from mebench.naming import QUERY_CACHE_DIR, QUERY_CACHE_OWNER
 from mebench.oracle import Oracle
 from mebench.plugin import bench_session
 from mebench.training.track_a import TrackATrainer
@@ -106,11 +107,14 @@ def cell_record(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfi
 
 
 @pytest.fixture
-def query_cache(run_config: RunConfig, victim: engine.Prepared, cell_record: CellRecorder) -> Iterator[PrefixAudit]:
+def query_cache(request: pytest.FixtureRequest, run_config: RunConfig, victim: engine.Prepared,
+                cell_record: CellRecorder) -> Iterator[PrefixAudit]:
     """The cell's temporary query store (§11.2): removed after the cell, also when it fails."""
     directory = cell_record.artifacts_dir / QUERY_CACHE_DIR
     shutil.rmtree(directory, ignore_errors=True)
     store = PrefixAudit(engine.make_store(run_config, victim, directory))
+    if directory.is_dir():  # lets the controller remove it should this worker be killed before its finally
+        (directory / QUERY_CACHE_OWNER).write_text(bench_session(request.config).run_token)
     try:
         yield store
     finally:
