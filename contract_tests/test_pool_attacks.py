@@ -41,6 +41,8 @@ CASES = [("jbda", {"augmentation": "jbda"}, "soft_prob", "seed"),
          ("jbda", {"dataset_update": "reference_inplace"}, "soft_prob", "seed"),
          ("jbda", {"augmentation": "jb_self", "dataset_update": "reference_inplace", "kappa": 5, "sigma": 1},
           "hard_top1", "surrogate"),
+         ("jbda", {"augmentation": "jb_self", "dataset_update": "reference_inplace",
+                   "stored_image": "reference_x_plus_delta"}, "soft_prob", "seed"),
          ("knockoff", {}, "soft_prob", "surrogate"),
          ("knockoff", {}, "hard_top1", "seed"),
          ("copycat", {}, "hard_top1", "surrogate"),
@@ -48,6 +50,7 @@ CASES = [("jbda", {"augmentation": "jbda"}, "soft_prob", "seed"),
          ("knockoff", {"strategy": "adaptive", "reward": "loss"}, "hard_top1", "surrogate")]
 IDS = [f"{a}-{p.get('augmentation', p.get('strategy', a))}-{m}-{d}" + ("-kappa" if "kappa" in p else "")
        + ("-inplace" if "dataset_update" in p else "")
+       + ("-mirror" if "stored_image" in p else "")
        + (f"-{p['reward']}" if "reward" in p else "") for a, p, m, d in CASES]
 
 
@@ -107,9 +110,9 @@ def test_exact_budget_at_odd_remainders(name, params, mode, data_mode):
 
 
 # contract 3: a pool attack never queries a pool image twice. JBDA's seed set is distinct pool
-# images; its later queries are its procedure's own images, each within λ (L∞) of the answered
-# image it augments (an augmentation can undo an earlier one, so JBDA may repeat an image: the
-# reference does too).
+# images; its later queries are its procedure's own images, each within λ (L∞) of the image it
+# augments: the answered image, or the x + δ the reference's jb-self keeps for it (an augmentation
+# can undo an earlier one, so JBDA may repeat an image: the reference does too).
 @pytest.mark.parametrize("name,params,mode,data_mode", CASES, ids=IDS)
 def test_no_image_answered_twice_unless_the_procedure_says_so(name, params, mode, data_mode):
     attack = make_attack(name, params, mode, data_mode)
@@ -125,7 +128,8 @@ def test_no_image_answered_twice_unless_the_procedure_says_so(name, params, mode
     assert flat[:20].unique(dim=0).shape[0] == 20
     source = torch.cat([b.meta["source"] for b in batches[1:]])
     assert source.numel() == 1001 - 20 and bool((source < torch.arange(20, 1001)).all())
-    assert float((flat[20:] - flat[source]).abs().max()) <= 0.1 + 1e-6
+    kept = torch.cat(attack._stored).flatten(1) if "stored_image" in params else flat
+    assert float((flat[20:] - kept[source]).abs().max()) <= 0.1 + 1e-6
 
 
 # contract 10: a fixed seed (and thread count) reproduces the queries and the Track B substitute;
@@ -335,3 +339,31 @@ def test_jbda_reference_inplace_dataset_keeps_copies_of_the_latest_augmentation(
         jbda.Jbda.check_params(jbda.JbdaParams(augmentation="jb_top", dataset_update="reference_inplace"), 1000, (1000,))
     with pytest.raises(ConfigError, match="dataset_update"):
         jbda.Jbda.check_params(jbda.JbdaParams(dataset_update="inplace"), 1000, (1000,))
+
+
+# contract 1.1 / 3 / 6: the named variant with the reference code's jb-self data set
+# (jacobian.py:223-235) queries x - delta and keeps x + delta with that answer in the attacker's own
+# data set; the victim, the oracle's count and the answer log (Track A's data) see x - delta alone.
+def test_jb_self_reference_x_plus_delta_keeps_the_mirror_image():
+    params = {"augmentation": "jb_self", "stored_image": "reference_x_plus_delta", "tau": None}
+    attack = make_attack("jbda", params, "soft_prob", "seed")
+    oracle, state, batches, _ = run(attack)
+    assert oracle.queries_used == len(state.store) == 1001
+    logged, y = state.labelled()
+    assert torch.equal(logged, torch.cat([b.x for b in batches]))  # the log holds what was queried
+    kept, ky = attack._data_set(state)
+    assert torch.equal(ky, y) and torch.equal(kept[:20], logged[:20])  # the seed set is kept as queried
+    src = torch.cat([b.meta["source"] for b in batches])[20:]
+    base, q, k = kept[src].flatten(1), logged[20:].flatten(1), kept[20:].flatten(1)
+    inside = (q > 0) & (q < 1)  # no clip on x - delta: x + delta and x - delta mirror the source
+    assert inside.float().mean() > 0.5
+    assert torch.allclose((k + q)[inside], 2 * base[inside], atol=1e-5)
+    assert (k != q).any(dim=1).float().mean() > 0.9  # almost every kept image differs from its query
+    default = make_attack("jbda", {"augmentation": "jb_self", "tau": None}, "soft_prob", "seed")
+    _, dstate, _, _ = run(default)
+    assert torch.equal(default._data_set(dstate)[0], dstate.labelled()[0])
+    assert torch.equal(dstate.labelled()[0][:40], logged[:40])  # round 0 is built before the sets differ
+    with pytest.raises(ConfigError, match="stored_image"):
+        jbda.Jbda.check_params(jbda.JbdaParams(stored_image="reference_x_plus_delta"), 1000, (1000,))
+    with pytest.raises(ConfigError, match="stored_image"):
+        jbda.Jbda.check_params(jbda.JbdaParams(augmentation="jb_self", stored_image="mirror"), 1000, (1000,))

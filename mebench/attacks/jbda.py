@@ -32,6 +32,7 @@ is github.com/tribhuvanesh/knockoffnets at b830985, ``knockoff/utils/model.py`` 
 - norm_std = 0.3081  (knockoff/datasets/__init__.py:69, 86-91)
 * step_space = 'pixel'  (Papernot et al. 2017 take λ on [0, 1] pixels; 'normalized' is the reference code's space)
 * dataset_update = 'union'  (Papernot et al. 2017's D ← D ∪ augmented; 'reference_inplace' is the reference code's)
+* stored_image = 'queried'  (a query's answer belongs to the image queried; 'reference_x_plus_delta' is the reference code's jb-self)
 
 ``step_space: normalized`` is a named variant that reproduces the reference code's arithmetic:
 its victim takes inputs normalized by (``norm_mean``, ``norm_std``) (the MNIST family's values,
@@ -52,6 +53,13 @@ data holds about 100 distinct images. A round cut by the budget rewrites only it
 (jacobian.py:189-196: a view of D). mebench represents D as positions in the answer log, so the
 answer each row holds is the one the victim gave; at a checkpoint inside a round, Track B trains
 on D with the rows answered so far rewritten (the reference never scores mid-round).
+
+``stored_image: reference_x_plus_delta`` (``jb_self`` only) is a named variant that reproduces
+what the reference code's jb-self keeps: it queries x − δ (jacobian.py:223-224) but writes
+x + δ into D with that answer (jacobian.py:234-235), so the attacker's round and final models
+train on images the victim never saw, each labelled with its mirror image's answer, and the next
+round augments those. The oracle and the answer log are untouched (the victim sees x − δ, and
+Track A trains on what it saw); only the attack's own data set holds x + δ.
 
 The procedure (jacobian.py:117-168), every image the victim sees counted by the oracle:
 
@@ -130,10 +138,12 @@ class JbdaParams:
     norm_std: float = 0.3081
     step_space: str = "pixel"
     dataset_update: str = "union"
+    stored_image: str = "queried"
 
 
 STEP_SPACES = ("pixel", "normalized")
 DATASET_UPDATES = ("union", "reference_inplace")
+STORED_IMAGES = ("queried", "reference_x_plus_delta")
 
 
 def step_for_round(step_size: float, tau: Optional[int], r: int) -> float:
@@ -208,6 +218,10 @@ class Jbda(Attack):
             ("dataset_update", p.dataset_update == "union" or p.augmentation != "jb_top",
              "reference_inplace is the jbda / jb_self routine's; the reference's jb_top routine appends "
              "(jacobian.py:295), so jb_top takes 'union'"),
+            ("stored_image", p.stored_image in STORED_IMAGES, f"must be one of {', '.join(STORED_IMAGES)}"),
+            ("stored_image", p.stored_image == "queried" or p.augmentation == "jb_self",
+             "reference_x_plus_delta is the reference's jb-self quirk (jacobian.py:223-235); it needs "
+             "augmentation 'jb_self'"),
         ]
         for name, ok, rule in rules:
             if not ok:
@@ -247,6 +261,10 @@ class Jbda(Attack):
         self._flight: Optional[tuple[int, int, bool]] = None
         self._track_b: Optional[nn.Module] = None
         self._track_b_n = -1
+        # stored_image reference_x_plus_delta: the image D keeps for each query, in query order
+        self._mirror = self.params.stored_image != "queried"
+        self._stored: list[torch.Tensor] = []
+        self._pending_store: torch.Tensor = self._pending
 
     def _train(self, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, tag: str) -> nn.Module:
         p = self.params
@@ -258,18 +276,21 @@ class Jbda(Attack):
     def next_batch_size(self, state: "EngineState") -> int:
         """The rest of the current round (built when the previous one is fully answered)."""
         if self._pending.shape[0] == 0:
-            self._pending, self._source = self._augment(state)
+            self._pending, self._source, self._pending_store = self._augment(state)
         return int(self._pending.shape[0])
 
     def propose(self, k: int, state: "EngineState") -> QueryBatch:
         """The next ``k`` images of the round; ``meta["source"]``: the answer position each one
         augments (-1 for the seed set)."""
         if self._pending.shape[0] == 0:
-            self._pending, self._source = self._augment(state)
+            self._pending, self._source, self._pending_store = self._augment(state)
         if k > self._pending.shape[0]:
             raise ValueError(f"round {self.round} has {self._pending.shape[0]} images left, {k} were asked for")
         x, self._pending = self._pending[:k], self._pending[k:]
         src, self._source = self._source[:k], self._source[k:]
+        if self._mirror:
+            self._stored.append(self._pending_store[:k])
+        self._pending_store = self._pending_store[k:]
         return QueryBatch(x, {"round": self.round, "augmentation": self.params.augmentation, "source": src})
 
     def observe(self, batch: QueryBatch, output: OracleOutput, state: "EngineState") -> None:
@@ -305,14 +326,20 @@ class Jbda(Attack):
     def _data_set(self, state: "EngineState") -> tuple[torch.Tensor, torch.Tensor]:
         """(x, y) the attacker trains on: every answer (``union``) or the reference's D."""
         x, y = (t.to(self.ctx.device) for t in state.labelled())
+        if self._mirror:  # what the reference keeps in D: x + δ for each jb-self query x − δ
+            stored = torch.cat(self._stored).to(x.device)
+            if stored.shape[0] != x.shape[0]:
+                raise RuntimeError(f"jbda: {stored.shape[0]} images kept for {x.shape[0]} answers")
+            x = stored
         if self.params.dataset_update == "union":
             return x, y
         d = self._positions(state.queries_used).to(x.device)
         return x[d], y[d]
 
     # -- one round of augmentation -----------------------------------------------------
-    def _augment(self, state: "EngineState") -> tuple[torch.Tensor, torch.Tensor]:
-        """The next round's images (cut to the budget left) and the answer position of each one's source."""
+    def _augment(self, state: "EngineState") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The next round's images (cut to the budget left), the answer position of each one's source
+        and the image D keeps for each (the image itself, or x + δ for ``reference_x_plus_delta``)."""
         p = self.params
         self.round += 1
         r = self.round
@@ -335,7 +362,7 @@ class Jbda(Attack):
         lo, unit = (p.norm_mean, p.norm_std) if p.step_space == "normalized" else (0.0, 1.0)
         step = step_for_round(p.step_size, p.tau, r) * unit
         labels = labels_of(y)
-        out = []
+        out, kept = [], []
         if p.augmentation == "jb_top":
             k = min(p.topk, self.ctx.num_classes - 1)
             n = min(x.shape[0], -(-left // k))
@@ -354,10 +381,13 @@ class Jbda(Attack):
                 # x + δ in [lo, lo + unit] (jacobian.py:316-317: [0, 1] in the space the step is taken in)
                 delta = torch.minimum(torch.maximum(delta, lo - xs), lo + unit - xs)
                 out.append((xs + delta).clamp(0.0, 1.0) if p.augmentation == "jbda" else (xs - delta).clamp(0.0, 1.0))
+                if self._mirror:
+                    kept.append((xs + delta).clamp(0.0, 1.0))
             source = pos[:n]
         if inplace:
             self._flight = (state.queries_used, min(int(source.numel()), left), not sampled)
-        return torch.cat(out)[:left].detach(), source[:left]
+        queries = torch.cat(out)[:left].detach()
+        return queries, source[:left], (torch.cat(kept)[:left].detach() if self._mirror else queries)
 
 
 __all__ = ["Jbda", "JbdaParams", "AUGMENTATIONS", "step_for_round", "fgsm_sign", "targeted_pgd"]
