@@ -111,7 +111,7 @@ def test_mebench_jbda_synthesis(benchmark, augmentation, n, device):
 
     def step() -> torch.Tensor:
         attack.round = -1
-        out, _ = attack._augment(state)
+        out = attack._augment(state)[0]  # the images to query
         sync(dev)
         return out
 
