@@ -289,8 +289,8 @@ class Jbda(Attack):
         x, self._pending = self._pending[:k], self._pending[k:]
         src, self._source = self._source[:k], self._source[k:]
         if self._mirror:
-            self._stored.append(self._pending_store[:k])
-        self._pending_store = self._pending_store[k:]
+            kept, self._pending_store = self._pending_store[:k], self._pending_store[k:]
+            self._stored.append(kept)
         return QueryBatch(x, {"round": self.round, "augmentation": self.params.augmentation, "source": src})
 
     def observe(self, batch: QueryBatch, output: OracleOutput, state: "EngineState") -> None:
