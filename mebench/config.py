@@ -103,10 +103,19 @@ class SubstituteSection:
 
 @dataclass(frozen=True)
 class AttackSection:
+    """The attack (``name``, ``params``), its answers' ``output_mode`` and the ``label`` that names it.
+
+    ``divergence_restarts``: when a model the attack trains in its own loop reaches a NaN or
+    infinite loss (``DivergenceError``), it is trained again from a fresh initialisation and
+    batch order, at the same hyperparameters, at most this many times; each restart is recorded
+    in ``summary.json`` (``attack_restarts``, ``health_flags``). 0 ends the run instead.
+    """
+
     name: str
     output_mode: str
     label: Optional[str] = None
     params: dict = field(default_factory=dict)
+    divergence_restarts: int = 2
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from mebench.serial import config_hash
 from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator, seed_everything
 from mebench.state import EngineState
-from mebench.training.health import LossCurve, assess
+from mebench.training.health import LossCurve, assess, restart_flag
 from mebench.training.track_a import TrackASpec, TrackATrainer
 from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
 from mebench.types import CheckpointResult
@@ -363,7 +363,8 @@ def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool])
         input_shape=(v.channels, *v.input_size), device=prep.device, seed=seed,
         generator=generator(seed, "attack"), pool=pool, params=attack_params(cfg),
         checkpoints=tuple(cfg.budget.checkpoints), max_budget=cfg.budget.max_budget,
-        make_substitute=make_substitute, data_mode=cfg.dataset.data_mode, seed_size=cfg.dataset.seed_size)
+        make_substitute=make_substitute, data_mode=cfg.dataset.data_mode, seed_size=cfg.dataset.seed_size,
+        divergence_restarts=cfg.attack.divergence_restarts)
     return cls(ctx)
 
 
@@ -391,6 +392,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         summary["defense"]["utility"] = utility_cost(build_answers(prep.victim, cfg.victim.temperature, own),
                                                      prep.answers, prep.evaluator)
     timings = {"prepare_shared": prep.seconds}
+    attack: Any = None
 
     def on_checkpoint(budget: int) -> None:
         for d in detectors:
@@ -440,7 +442,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         summary["cache"]["deleted"] = cache_dir is None or not cache_dir.exists()
         timings.update(scorer.timings)
         timings["total"] = time.perf_counter() - t_start
-        summary.update(_summary_tail(oracle, timings, scorer, rows))
+        summary.update(_summary_tail(oracle, timings, scorer, rows, getattr(getattr(attack, "ctx", None), "restarts", [])))
         if scorer.final_model is not None:
             artifacts.atomic_save_torch({k: v.cpu() for k, v in scorer.final_model.state_dict().items()},
                                         seed_dir / "final_substitute.ckpt")
@@ -477,12 +479,14 @@ def _summary_head(cfg: RunConfig, seed: int, prep: Prepared) -> dict[str, Any]:
 
 
 def _summary_tail(oracle: Oracle, timings: dict[str, float], scorer: CheckpointScorer,
-                  rows: list[dict[str, Any]]) -> dict[str, Any]:
+                  rows: list[dict[str, Any]], restarts: list[dict[str, Any]]) -> dict[str, Any]:
     collect_s = timings.get("collect") or 0.0
     return {"queries_used": oracle.queries_used, "budget": oracle.budget,
             "timings_s": timings, "queries_per_second": (oracle.queries_used / collect_s) if collect_s else None,
             "track_a_steps": {str(k): v for k, v in scorer.track_a_steps.items()}, "results": rows,
-            "training_health": scorer.health, "health_flags": [f for r in scorer.health for f in r["flags"]]}
+            "training_health": scorer.health, "attack_restarts": list(restarts),
+            "health_flags": [f for r in scorer.health for f in r["flags"]] + [restart_flag(r) for r in restarts]}
+
 
 
 def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:

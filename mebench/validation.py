@@ -167,6 +167,9 @@ def _check_attack(cfg: RunConfig) -> None:
     if a.label is not None and not LABEL_RE.match(a.label):
         raise ConfigError("attack.label", a.label, "use letters, digits and '_' only, e.g. activethief_kcenter "
                           "(the spelling of grid cell ids, where '-' separates their parts)")
+    if isinstance(a.divergence_restarts, bool) or not isinstance(a.divergence_restarts, int) or a.divergence_restarts < 0:
+        raise ConfigError("attack.divergence_restarts", a.divergence_restarts,
+                          "must be an integer >= 0 (0: a diverged training ends the run)")
     cls = ATTACKS.get(a.name)
     if cfg.dataset.data_mode not in DATA_MODES:
         raise ConfigError("dataset.data_mode", cfg.dataset.data_mode, f"must be one of {', '.join(DATA_MODES)} (§3)")

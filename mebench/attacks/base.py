@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional
 
 import torch
 from torch import nn
 
-from mebench.errors import ConfigError
+from mebench.errors import ConfigError, DivergenceError
 from mebench.registry import Registry
 from mebench.seeding import derive_seed
 from mebench.training.loop import OptimizerSpec, train_epochs
@@ -52,6 +52,9 @@ class AttackContext:
     - ``data_mode`` and ``seed_size``: the run's data mode and ``dataset.seed_size``; in
       ``seed`` mode the pool's first ``seed_size`` images are the seed images themselves
       (the rest are their augmented copies).
+    - ``divergence_restarts`` (``attack.divergence_restarts``): how often ``train_fresh`` trains a
+      diverged model again; ``restarts`` is its record of each restart (the engine copies it
+      into ``summary.json``).
     """
 
     profile: "DatasetProfile"
@@ -68,6 +71,8 @@ class AttackContext:
     make_substitute: Callable[[], nn.Module]
     data_mode: str = "surrogate"
     seed_size: int = 100
+    divergence_restarts: int = 0
+    restarts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -207,13 +212,33 @@ def train_fresh(ctx: AttackContext, x: torch.Tensor, y: torch.Tensor, tag: str, 
     output mode's loss (KL for probabilities, whose gradient is the soft cross-entropy's;
     cross-entropy for labels). Initialisation and batch order are seeded from
     ``(run seed, tag)``; ``loss_fn`` replaces the output mode's loss (e.g. KL to soft
-    pseudo-labels in a hard-label attack); ``transform`` and ``min_batch`` as in ``train_epochs``."""
-    model = fresh_substitute(ctx, tag)
+    pseudo-labels in a hard-label attack); ``transform`` and ``min_batch`` as in ``train_epochs``.
+
+    A training whose loss becomes NaN or infinite is started again, at the same hyperparameters,
+    from the initialisation and batch order of ``(run seed, tag + "-restart<k>")``, at most
+    ``ctx.divergence_restarts`` times; each restart is appended to ``ctx.restarts``. The last
+    ``DivergenceError`` is raised when every attempt diverged. A training that never diverges is
+    the same with or without restarts."""
     opt = OptimizerSpec(name="sgd", lr=lr, momentum=momentum, weight_decay=weight_decay)
-    return train_epochs(model, x.to(ctx.device), y.to(ctx.device), loss_fn=loss_fn or loss_for(ctx.output_mode), epochs=epochs,
-                        batch_size=batch_size, optimizer=opt,
-                        generator=torch.Generator().manual_seed(derive_seed(ctx.seed, tag + "-order")),
-                        lr_step=lr_step, lr_gamma=lr_gamma, cosine=cosine, transform=transform, min_batch=min_batch)
+    x, y = x.to(ctx.device), y.to(ctx.device)
+    attempt = 0
+    while True:
+        name = tag if attempt == 0 else f"{tag}-restart{attempt}"
+        try:
+            return train_epochs(fresh_substitute(ctx, name), x, y, loss_fn=loss_fn or loss_for(ctx.output_mode),
+                                epochs=epochs, batch_size=batch_size, optimizer=opt,
+                                generator=torch.Generator().manual_seed(derive_seed(ctx.seed, name + "-order")),
+                                lr_step=lr_step, lr_gamma=lr_gamma, cosine=cosine, transform=transform,
+                                min_batch=min_batch)
+        except DivergenceError as e:
+            if attempt >= ctx.divergence_restarts:
+                if attempt == 0:
+                    raise
+                raise DivergenceError(f"{tag}: {e}, on the first training and on each of its {attempt} "
+                                      "restart(s) (attack.divergence_restarts)") from e
+            attempt += 1
+            ctx.restarts.append({"model": tag, "examples": int(x.shape[0]), "restart": attempt,
+                                 "of": ctx.divergence_restarts, "error": str(e)})
 
 
 ATTACKS: Registry[type[Attack]] = Registry("attack", "mebench.attacks")
@@ -243,7 +268,7 @@ def check_param_ranges(params: Any, *, ints: Mapping[str, int] = {}, positive: t
     """The usual ``check_params`` rules, one ``ConfigError`` naming ``attack.params.<key>`` per break:
     ``ints`` maps a key to the least integer it may hold; ``positive`` keys must be > 0,
     ``nonnegative`` keys >= 0 and ``unit`` keys in [0, 1)."""
-    from mebench.errors import ConfigError
+    from mebench.errors import ConfigError, DivergenceError
 
     for key, least in ints.items():
         value = getattr(params, key)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from mebench.report.document import Block, budget_label, table
 from mebench.report.load import UNKNOWN, RunRecord, _section
+from mebench.training.health import restart_flag
 
 HEALTH_COLUMNS = ("dataset", "victim_id", "label", "data_mode", "output_mode", "seed", "track", "checkpoint_B",
                   "pred_top_share", "victim_top_share", "loss_best", "loss_last", "flag")
@@ -37,6 +38,9 @@ def health_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
                 rows.append({**base, **{k: r.get(k) for k in ("track", "checkpoint_B", "pred_top_share",
                                                               "victim_top_share", "loss_best", "loss_last")},
                              "flag": flag})
+        for r in summary.get("attack_restarts") or []:  # attack.divergence_restarts: the attack's own loop
+            rows.append({**base, "track": "B", "checkpoint_B": None, "pred_top_share": None, "victim_top_share": None,
+                         "loss_best": None, "loss_last": None, "flag": restart_flag(r)})
     frame = pd.DataFrame(rows, columns=list(HEALTH_COLUMNS))
     return frame.sort_values(["dataset", "victim_id", "label", "data_mode", "output_mode", "seed", "track",
                               "checkpoint_B"], ignore_index=True)
@@ -46,11 +50,13 @@ def health_blocks(frame: pd.DataFrame) -> list[Block]:
     blocks = [Block("h1", "mebench training health"), Block("p", (
         "Checkpoints whose training collapsed (the substitute gives at least 90% of the test split one "
         "class, the victim does not) or diverged (Track A's last training-loss window above twice its best "
-        "and by more than 0.5 nats); mebench.training.health. Their numbers stay in every table: they are "
+        "and by more than 0.5 nats), and every model of an attack's own loop that reached a NaN loss and was "
+        "trained again (attack.divergence_restarts); mebench.training.health. Their numbers stay in every table: they are "
         "what the protocol measured, but they measure a failed training rather than the queries."))]
     for (dataset, victim), t in frame.groupby(["dataset", "victim_id"], sort=True):
-        rows = [[f"{r.label} ({r.data_mode}, {r.output_mode})", str(r.seed), r.track, budget_label(int(r.checkpoint_B)),
-                 f"{r.pred_top_share:.3f} / {r.victim_top_share:.3f}",
+        rows = [[f"{r.label} ({r.data_mode}, {r.output_mode})", str(r.seed), r.track,
+                 "–" if pd.isna(r.checkpoint_B) else budget_label(int(r.checkpoint_B)),
+                 "–" if pd.isna(r.pred_top_share) else f"{r.pred_top_share:.3f} / {r.victim_top_share:.3f}",
                  "–" if pd.isna(r.loss_best) else f"{r.loss_best:.3f} → {r.loss_last:.3f}", r.flag.split(":")[0]]
                 for r in t.itertuples()]
         blocks += [Block("h2", f"{dataset} · {victim}"),

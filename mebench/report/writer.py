@@ -143,7 +143,9 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
         _write_pages(detection_blocks(detection), out, "detection", "mebench detection", files, html=False)
     health = health_frame(records)
     if not health.empty:
-        warnings.warn(f"{len(health)} checkpoint(s) flagged by the training-health checks: see "
+        restarts = int(health["checkpoint_B"].isna().sum())
+        also = f" and {restarts} attack model(s) restarted after a NaN loss" if restarts else ""
+        warnings.warn(f"{len(health) - restarts} checkpoint(s) flagged by the training-health checks{also}: see "
                       f"{out / 'health.md'}", stacklevel=2)
         _write_table(health, out, "health", files)
         _write_pages(health_blocks(health), out, "health", "mebench training health", files, html=False)

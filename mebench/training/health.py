@@ -24,6 +24,11 @@ run's progress lines and in the pytest cell, and a table in ``mebench report``:
 
 The thresholds are heuristics, chosen so that the constant predictors seen on real grids are
 flagged and ordinary minibatch noise is not; they never change a metric.
+
+A third flag, **restarted**, comes from an attack's own loop rather than a checkpoint: a model
+the attack trained (a JBDA round model, a knockoff, ...) reached a NaN or infinite loss and was
+trained again from a fresh initialisation and batch order (``attack.divergence_restarts``,
+``mebench.attacks.base.train_fresh``); ``summary.json`` keeps each one in ``attack_restarts``.
 """
 
 from __future__ import annotations
@@ -94,3 +99,9 @@ def assess(track: str, budget: int, pred_share: float, victim_share: float,
     if curve is not None:
         record.update(loss_window=curve.window, loss_first=curve.first, loss_best=curve.best, loss_last=curve.last)
     return record
+
+
+def restart_flag(r: dict[str, Any]) -> str:
+    """The health flag of one ``attack.divergence_restarts`` restart (``train_fresh``)."""
+    return (f"attack model {r['model']} restarted: {r['error']} on {r['examples']} examples; trained again from a "
+            f"fresh initialisation and batch order (restart {r['restart']} of at most {r['of']})")
