@@ -5,7 +5,8 @@ from the run seed (``attack.divergence_restarts``, default 2), so the run stays 
 every restart is recorded in ``summary.json`` (``attack_restarts``, ``health_flags``) and in the
 report's health table; with 0 restarts, or when every attempt diverges, the run ends with
 ``DivergenceError``. A training that never diverges is untouched, which is why the default leaves
-every earlier result as it was.
+every earlier result as it was. A benchmark grid sets it per attack (``divergence_restarts`` beside
+``params``), checked when the grid is built.
 """
 
 from __future__ import annotations
@@ -128,3 +129,42 @@ def test_a_restart_in_a_run_is_in_the_summary_the_cell_flags_and_the_report(make
         files = write_report(res.directory, tmp_path / "report")
     assert "jbda-round-0 restarted" in files["health_csv"].read_text()
     assert "attack model jbda-round-0 restarted" in files["health_md"].read_text()
+
+
+GRID = """\
+name: synth
+register: ["mebench.testing:register_synthetic"]
+seeds: [0]
+budgets: [100]
+run: {device: cpu}
+victim: {victim_id: synth_mlp, checkpoint_ref: synth_victim.pt}
+dataset: {name: SYNTH, data_root: .}
+data_modes:
+  seed: {seed_size: 50}
+substitute: {arch: tiny_mlp}
+output_modes: [soft_prob]
+attacks:
+  - name: random
+  - name: jbda
+    divergence_restarts: RESTARTS
+"""
+
+
+@pytest.mark.parametrize("restarts", [0, 3])
+def test_a_grid_attack_sets_its_cells_divergence_restarts(tmp_path, synth_victim_path, restarts):
+    from mebench.grid import load_grid
+
+    (tmp_path / "synth_victim.pt").write_bytes(synth_victim_path.read_bytes())
+    (tmp_path / "grid.yaml").write_text(GRID.replace("RESTARTS", str(restarts)))
+    cells = {c.attack: c for c in load_grid(tmp_path / "grid.yaml", tmp_path).cells}
+    assert cells["jbda"].cfg.attack.divergence_restarts == restarts
+    assert cells["random"].cfg.attack.divergence_restarts == 2  # the default
+
+
+def test_a_grid_with_a_bad_divergence_restarts_names_the_key(tmp_path, synth_victim_path):
+    from mebench.grid import GridError, load_grid
+
+    (tmp_path / "synth_victim.pt").write_bytes(synth_victim_path.read_bytes())
+    (tmp_path / "grid.yaml").write_text(GRID.replace("RESTARTS", "-1"))
+    with pytest.raises(GridError, match=r"grid.yaml: config key 'attack.divergence_restarts' = -1: must be an integer >= 0"):
+        load_grid(tmp_path / "grid.yaml", tmp_path)

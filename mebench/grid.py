@@ -55,6 +55,7 @@ class AttackSpec:
     output_modes: Optional[tuple[str, ...]] = None
     params: dict = field(default_factory=dict)
     variants: tuple[VariantSpec, ...] = ()
+    divergence_restarts: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class BenchmarkSpec:
     - ``data_modes``: dataset settings per data mode (``surrogate: {surrogate_name: ...}``);
       a data mode absent here is not in the grid;
     - ``attacks``: ``name``, optional ``data_modes`` / ``output_modes`` (default: what the
-      attack declares), ``params`` and ``variants`` (each ``{label, params}``);
+      attack declares), ``params``, ``variants`` (each ``{label, params}``) and
+      ``divergence_restarts`` (the run config's ``attack.divergence_restarts``; default 2);
     - ``seeds``, ``budgets`` (contract checkpoints by default), ``output_modes``;
     - ``smoke_max_budget``: cells whose largest budget is at most this are marked ``smoke``,
       the others ``full``;
@@ -333,7 +335,7 @@ def _add_attack_cells(grid: Grid, attack: AttackSpec, rootdir: Path, seeds: tupl
                             continue
                         for seed in seeds:
                             cell = _make_cell(grid, attack.name, label, params, data_mode, output_mode, seed,
-                                              budgets, rootdir, vkey, victim, defense)
+                                              budgets, rootdir, vkey, victim, defense, attack.divergence_restarts)
                             if cell is not None:
                                 grid.cells.append(cell)
 
@@ -377,7 +379,7 @@ def _data_modes(grid: Grid, attack: AttackSpec, cls: Any) -> list[str]:
 
 def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str, output_mode: str,
                seed: int, budgets: tuple[int, ...], rootdir: Path, vkey: Optional[str],
-               victim: dict, defense: Optional[dict] = None) -> Optional[Cell]:
+               victim: dict, defense: Optional[dict] = None, restarts: Optional[int] = None) -> Optional[Cell]:
     from mebench.config import parse_config
     from mebench.validation import validate
 
@@ -388,6 +390,8 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
     cell_id = f"{prefix}-{label}{shown}-{data_mode}-{output_mode}-s{seed}"
     raw = _run_config_dict(grid.spec, victim, cell_id, attack, label, params, data_mode, output_mode, seed, budgets)
     raw["defense"] = {"name": defense["name"], "params": dict(defense.get("params") or {})}
+    if restarts is not None:
+        raw["attack"]["divergence_restarts"] = restarts
     if defense.get("label"):
         raw["defense"]["label"] = str(defense["label"])
     ref = raw["victim"].get("checkpoint_ref")
