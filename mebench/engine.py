@@ -442,7 +442,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         summary["cache"]["deleted"] = cache_dir is None or not cache_dir.exists()
         timings.update(scorer.timings)
         timings["total"] = time.perf_counter() - t_start
-        summary.update(_summary_tail(oracle, timings, scorer, rows, getattr(getattr(attack, "ctx", None), "restarts", [])))
+        summary.update(_summary_tail(oracle, timings, scorer, rows, attack.ctx.restarts if attack is not None else []))
         if scorer.final_model is not None:
             artifacts.atomic_save_torch({k: v.cpu() for k, v in scorer.final_model.state_dict().items()},
                                         seed_dir / "final_substitute.ckpt")
@@ -486,7 +486,6 @@ def _summary_tail(oracle: Oracle, timings: dict[str, float], scorer: CheckpointS
             "track_a_steps": {str(k): v for k, v in scorer.track_a_steps.items()}, "results": rows,
             "training_health": scorer.health, "attack_restarts": list(restarts),
             "health_flags": [f for r in scorer.health for f in r["flags"]] + [restart_flag(r) for r in restarts]}
-
 
 
 def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:

@@ -268,7 +268,7 @@ def check_param_ranges(params: Any, *, ints: Mapping[str, int] = {}, positive: t
     """The usual ``check_params`` rules, one ``ConfigError`` naming ``attack.params.<key>`` per break:
     ``ints`` maps a key to the least integer it may hold; ``positive`` keys must be > 0,
     ``nonnegative`` keys >= 0 and ``unit`` keys in [0, 1)."""
-    from mebench.errors import ConfigError, DivergenceError
+    from mebench.errors import ConfigError
 
     for key, least in ints.items():
         value = getattr(params, key)
