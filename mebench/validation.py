@@ -167,7 +167,7 @@ def _check_attack(cfg: RunConfig) -> None:
     if a.label is not None and not LABEL_RE.match(a.label):
         raise ConfigError("attack.label", a.label, "use letters, digits and '_' only, e.g. activethief_kcenter "
                           "(the spelling of grid cell ids, where '-' separates their parts)")
-    if isinstance(a.divergence_restarts, bool) or not isinstance(a.divergence_restarts, int) or a.divergence_restarts < 0:
+    if a.divergence_restarts < 0:  # its type is checked when the config is parsed (build_dataclass)
         raise ConfigError("attack.divergence_restarts", a.divergence_restarts,
                           "must be an integer >= 0 (0: a diverged training ends the run)")
     cls = ATTACKS.get(a.name)
