@@ -1,0 +1,39 @@
+"""The code identity that keys stored results changes with the package source and only with it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from mebench import identity
+
+
+def _copy_package(tmp_path: Path) -> Path:
+    dest = tmp_path / "mebench"
+    shutil.copytree(identity.PACKAGE_DIR, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_identity_names_version_and_source_digest() -> None:
+    # contract §16 (provenance): every result records the code that produced it
+    ident = identity.code_identity()
+    version, _, tail = ident.partition("+src.")
+    assert version == identity.mebench.__version__
+    assert tail == identity.source_digest()[:12]
+
+
+def test_identity_changes_with_any_source_file_and_not_with_other_files(tmp_path: Path) -> None:
+    pkg = _copy_package(tmp_path)
+    before = identity.source_digest(pkg)
+    (pkg / "README.txt").write_text("docs do not change a number")
+    assert identity.source_digest(pkg) == before
+    target = pkg / "attacks" / "base.py"
+    target.write_text(target.read_text() + "\n# an edit\n")
+    assert identity.source_digest(pkg) != before
+
+
+def test_identity_depends_on_file_paths_not_only_contents(tmp_path: Path) -> None:
+    pkg = _copy_package(tmp_path)
+    before = identity.source_digest(pkg)
+    (pkg / "attacks" / "base.py").rename(pkg / "attacks" / "base2.py")
+    assert identity.source_digest(pkg) != before
