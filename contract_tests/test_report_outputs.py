@@ -85,12 +85,13 @@ def make_runs(root: Path) -> pd.DataFrame:
     for cond in CONDITIONS:
         for seed in cond[5]:
             rows = _rows(cond, seed, rng)
-            _write_seed(root / cond[0] / "20250102-120000" / f"seed_{seed}", rows, _summary(cond))
+            _write_seed(root / cond[0] / "20250102-120000" / f"seed_{seed}", rows,
+                        {**_summary(cond), "completed_at": "2025-01-02T12:30:00Z"})
             truth += [{**r, "label": cond[2] or cond[1]} for r in rows]
-    # an older run of the same config: must be replaced by the later one
+    # an older run of the same config (written last, completed first): replaced by the later one
     stale = [{**r, "agreement": 0.0} for r in _rows(CONDITIONS[0], 0, rng)]
     _write_seed(root / CONDITIONS[0][0] / "20250101-080000" / "seed_0", stale,
-                _summary(CONDITIONS[0]))
+                {**_summary(CONDITIONS[0]), "completed_at": "2025-01-01T08:30:00Z"})
     return pd.DataFrame(truth)
 
 
@@ -279,7 +280,7 @@ def test_pytest_json_report_gives_same_numbers(report, tmp_path):
     doc = _cells(root)
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(doc))
-    with pytest.warns(UserWarning, match="failed-cell: status 'failed', no metrics rows"):
+    with pytest.warns(UserWarning, match="failed-cell: cell failed"):
         loaded = load_results(path)  # the failed cell is left out, and named
     from_json = aggregate_csv_frame(aggregate(to_long(drop_reruns(loaded))))
     from_runs = _read(files, "aggregate_csv")
@@ -307,13 +308,17 @@ def test_loader_tolerates_missing_files_and_extra_columns(tmp_path):
     seed_dir.mkdir(parents=True)
     pd.DataFrame(rows).assign(seconds=1.5).to_csv(seed_dir / "metrics.csv", index=False)
     (seed_dir / "run_config.yaml").write_text("dataset: {name: FashionMNIST}\n")
+    (seed_dir / "summary.json").write_text(json.dumps({"seed": 0}))  # partial: every section missing
     bad = tmp_path / "r" / "t2" / "seed_1"
     bad.mkdir(parents=True)
     (bad / "metrics.csv").write_text("")
+    unfinished = tmp_path / "r" / "t3" / "seed_2"
+    unfinished.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(unfinished / "metrics.csv", index=False)
     with pytest.warns(UserWarning) as record:
         frame = load_results(tmp_path)
     messages = " ".join(str(w.message) for w in record)
-    assert "unreadable" in messages and "no summary.json" in messages
+    assert "seed_1: metrics.csv: empty file" in messages and "seed_2: no summary.json" in messages
     assert len(frame) == len(rows) and set(frame["seed"]) == {0}
     assert set(frame["label"]) == {"random"} and set(frame["dataset"]) == {"FashionMNIST"}
     assert frame["victim_test_accuracy"].isna().all()

@@ -17,14 +17,14 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-import torch
-
-from mebench.metrics import METRIC_NAMES
+from mebench.metricspec import METRIC_NAMES
 from mebench.naming import unused_stamp_dir
 from mebench.serial import jsonable
-from mebench.types import CheckpointResult
+
+if TYPE_CHECKING:  # torch-free at import: the report reads the schema below without torch
+    from mebench.types import CheckpointResult
 
 #: What identifies a row's condition (§16.2); seeds of one condition aggregate together.
 IDENTITY_COLUMNS: tuple[str, ...] = ("attack", "data_mode", "output_mode", "victim_id", "substitute_arch")
@@ -60,6 +60,8 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def atomic_save_torch(obj: Any, path: Path) -> None:
+    import torch
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(Path(path), buf.getvalue())

@@ -11,8 +11,6 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 @lru_cache(maxsize=1)
 def git_commit() -> dict[str, Any]:
@@ -45,6 +43,8 @@ def library_versions() -> dict[str, str]:
 
 
 def machine_info(device: str) -> dict[str, Any]:
+    import torch  # here, not at import: git_commit/library_versions serve the torch-free report
+
     info: dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(),
                             "hostname": platform.node(), "cpu_count": os.cpu_count(),
                             "torch_threads": torch.get_num_threads(), "device": device}

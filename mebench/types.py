@@ -7,8 +7,9 @@ from typing import Any, Literal, Optional
 
 import torch
 
+from mebench.metricspec import OUTPUT_MODES  # noqa: F401  (defined torch-free, for the report)
+
 OutputMode = Literal["soft_prob", "hard_top1"]
-OUTPUT_MODES: tuple[str, ...] = ("soft_prob", "hard_top1")
 
 DATA_MODES: tuple[str, ...] = ("seed", "surrogate", "data_free")
 TRACKS: tuple[str, ...] = ("A", "B")

@@ -9,12 +9,14 @@ empty), never a misleading 0.
 
 from __future__ import annotations
 
+import math
 import warnings
+from datetime import datetime, timezone
 
 import pandas as pd
 
 from mebench.artifacts import AGGREGATE_COLUMNS, seed_aggregate
-from mebench.metrics import AGREEMENT_AUC, METRICS
+from mebench.metricspec import AGREEMENT_AUC, METRICS
 from mebench.report.load import METRIC_COLUMNS
 
 CONDITION_KEYS: tuple[str, ...] = (
@@ -46,24 +48,49 @@ def metric_heading(metric: str) -> str:
 
 
 def drop_reruns(frame: pd.DataFrame) -> pd.DataFrame:
-    """Keep one row per (condition, seed, track, checkpoint): the latest run's.
+    """Keep one row per (condition, seed, track, checkpoint): that of the run completed last.
 
-    Running the same config twice writes a second ``<timestamp>`` folder; counting
-    both would give that seed double weight. Runs are ordered by ``run_id`` (the
-    timestamp folder name sorts chronologically) and the last one wins.
+    Running the same config twice (or a ``mebench run`` and a grid cell of one condition and
+    seed) gives a seed two results; counting both would give it double weight. Repeats are
+    ordered by completion time (``completed``: ``summary.json`` ``completed_at``, else a file
+    time; :mod:`mebench.report.folders`), never by folder name, with the source path as the
+    tie-break; one warning names each replaced run, the run that replaced it and both times,
+    and says when their plan or code identity differ.
     """
     keys = [*POINT_KEYS, "seed"]
-    ordered = frame.sort_values(["run_id", "source"], kind="stable")
+    when = frame["completed"] if "completed" in frame else pd.Series(math.nan, index=frame.index)
+    ordered = frame.assign(_when=when.fillna(-math.inf)).sort_values(["_when", "source"], kind="stable")
     kept = ordered.drop_duplicates(subset=keys, keep="last")
-    dropped = len(frame) - len(kept)
-    if dropped:
-        gone = ordered.loc[ordered.index.difference(kept.index)]
-        names = sorted({f"{r.get('source', '?')} (seed {r['seed']})" for _, r in gone.iterrows()})
-        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-        warnings.warn(f"{dropped} metrics rows repeat a (condition, seed, track, checkpoint) "
-                      f"of a later run and were replaced by it; dropped: {', '.join(names[:3])}{more}",
-                      stacklevel=2)
-    return kept.sort_values([*POINT_KEYS, "seed"], kind="stable").reset_index(drop=True)
+    if len(kept) < len(frame):
+        _warn_replaced(ordered.loc[ordered.index.difference(kept.index)], kept, keys)
+    return kept.drop(columns="_when").sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def _warn_replaced(gone: pd.DataFrame, kept: pd.DataFrame, keys: list[str]) -> None:
+    """One warning: each (replaced run, seed) with the run that replaced it."""
+    cols = [c for c in ("source", "_when", "completed_from", "plan_hash", "code_identity") if c in kept]
+    pairs = gone.merge(kept[[*keys, *cols]], on=keys, suffixes=("", "_kept"))
+    lines = sorted({_replacement(r) for _, r in pairs.iterrows()})
+    more = f"; and {len(lines) - 3} more" if len(lines) > 3 else ""
+    warnings.warn(f"{len(lines)} seed-run(s) repeat a (condition, seed) of another run; the one completed "
+                  f"last is kept: {'; '.join(lines[:3])}{more}", stacklevel=3)
+
+
+def _replacement(r: pd.Series) -> str:
+    """``<source> (seed s, completed T) replaced by <source> (completed T')`` and what else differs."""
+    old, new = _when(r["_when"], r.get("completed_from")), _when(r["_when_kept"], r.get("completed_from_kept"))
+    tie = "" if r["_when_kept"] > r["_when"] else " (no later completion time: kept by path order)"
+    differ = [name for col, name in (("plan_hash", "plan"), ("code_identity", "code identity"))
+              if col in r and r[col] != r[f"{col}_kept"]]
+    also = f"; their {' and '.join(differ)} differ" if differ else ""
+    return f"{r['source']} (seed {r['seed']}, completed {old}) replaced by {r['source_kept']} (completed {new}){tie}{also}"
+
+
+def _when(epoch: float, where: object) -> str:
+    if not math.isfinite(epoch):
+        return "at an unknown time"
+    stamp = datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{stamp} by {where}" if where else stamp
 
 
 def to_long(frame: pd.DataFrame) -> pd.DataFrame:

@@ -20,7 +20,7 @@ import math
 
 import pandas as pd
 
-from mebench.defenses.detection import tpr_at_fpr
+from mebench.detection_rates import tpr_at_fpr
 from mebench.report.document import Block, budget_label, table
 
 FPRS = (0.01, 0.001)

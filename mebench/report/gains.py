@@ -33,6 +33,7 @@ data mode) is unchanged.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -42,7 +43,7 @@ from mebench.report.aggregate import (CONDITION_KEYS, HIGHER_IS_BETTER, METRIC_N
                                       metric_heading, to_long)
 from mebench.report.document import Block, budget_label, fmt_signed, table
 from mebench.report.leaderboard import log_budget_auc
-from mebench.report.load import METRIC_COLUMNS
+from mebench.report.load import METRIC_COLUMNS, UNRECORDED
 from mebench.report.stats import (CI_LEVEL, MIN_SEEDS_FOR_CI, MIN_SEEDS_FOR_INTERVAL,
                                   N_BOOTSTRAP, compare_groups, definitions)
 
@@ -73,11 +74,14 @@ GAIN_COLUMNS: tuple[str, ...] = (
 
 
 def _registry() -> Any:
-    try:
-        from mebench.attacks import ATTACKS
-    except ImportError:  # a report-only install without torch: use the fallback table
-        return None
-    return ATTACKS
+    """The attack registry if this process already imported it (the grid, a test), else ``None``.
+
+    The report never imports it itself: attack modules import torch, and ``mebench report`` stays
+    torch-free. Results carry their attack's ``null_control_for`` in ``summary.json``
+    (``attack.null_control_for``, read into the ``control_for`` column), which wins over both.
+    """
+    module = sys.modules.get("mebench.attacks")
+    return getattr(module, "ATTACKS", None)
 
 
 def control_modes(attack: str) -> frozenset[str]:
@@ -98,11 +102,17 @@ def controls_of(data_mode: str) -> list[str]:
 def condition_roles(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per condition (:data:`CONDITION_KEYS`): its attack name and ``role``
     (``"control"`` when the attack is a null control of the condition's data mode)."""
-    conds = frame[[*CONDITION_KEYS, "attack"]].drop_duplicates(subset=list(CONDITION_KEYS))
-    modes = {a: control_modes(a) for a in conds["attack"].unique()}
-    role = ["control" if m in modes[a] else "attack"
-            for a, m in zip(conds["attack"], conds["data_mode"])]
-    return conds.assign(role=role).reset_index(drop=True)
+    recorded = frame["control_for"] if "control_for" in frame else pd.Series(UNRECORDED, index=frame.index)
+    conds = frame.assign(control_for=recorded)[[*CONDITION_KEYS, "attack", "control_for"]].drop_duplicates(
+        subset=list(CONDITION_KEYS))
+    role = ["control" if m in _modes(a, r) else "attack"
+            for a, m, r in zip(conds["attack"], conds["data_mode"], conds["control_for"])]
+    return conds.drop(columns="control_for").assign(role=role).reset_index(drop=True)
+
+
+def _modes(attack: str, recorded: str) -> frozenset[str]:
+    """The run's own record of its attack's ``null_control_for`` (``;``-joined), else the name's."""
+    return control_modes(attack) if recorded == UNRECORDED else frozenset(filter(None, recorded.split(";")))
 
 
 def check_also_against(names: Iterable[str], key: str = "also_against") -> list[str]:

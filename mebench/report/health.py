@@ -25,7 +25,7 @@ def health_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
     rows = []
     for rec in records:
         summary = rec.summary or {}
-        if summary.get("status", "complete") != "complete":
+        if not rec.ok:
             continue
         attack, dataset = _section(summary, "attack"), _section(summary, "dataset")
         base = {"dataset": str(dataset.get("name") or UNKNOWN),

@@ -29,6 +29,7 @@ import pandas as pd
 
 from mebench.report.aggregate import CONDITION_KEYS, METRIC_NOTES, metric_heading
 from mebench.report.document import Block, budget_label, fmt_gain, fmt_mean_std, table
+from mebench.report.identity import stale_blocks
 from mebench.report.load import METRIC_COLUMNS
 
 TRACK_TITLES = {"A": "Track A (SFP: standard from-scratch protocol, primary)",
@@ -154,12 +155,25 @@ def _gain_blocks(board: pd.DataFrame, gl: GainLookup, budgets: list[int]) -> lis
             table(heads, rows)]
 
 
+def _stale_counts(stale: pd.DataFrame | None) -> dict[tuple, int]:
+    """(label, data mode, output mode, victim) → seeds kept by ``--keep-stale``."""
+    if stale is None or stale.empty:
+        return {}
+    keys = ["label", "data_mode", "output_mode", "victim_id"]
+    return {tuple(k): int(n) for k, n in stale.groupby(keys)["seed"].nunique().items()}
+
+
+def _seeds_cell(row: pd.Series, stale: dict[tuple, int]) -> str:
+    n = stale.get(tuple(row[k] for k in ("label", "data_mode", "output_mode", "victim_id")), 0)
+    return f"{row['n_seeds']} ({n} kept stale)" if n else str(row["n_seeds"])
+
+
 def _track_blocks(board: pd.DataFrame, agg: pd.DataFrame, track: str,
-                  gl: GainLookup) -> list[Block]:
+                  gl: GainLookup, stale: dict[tuple, int] | None = None) -> list[Block]:
     budgets = sorted(agg["checkpoint_B"].unique())
     lookup = _lookup(agg)
     blocks = [Block("h3", TRACK_TITLES.get(track, f"Track {track}"))]
-    rows = [["#" + str(r["rank"]), *_ident(r), str(r["n_seeds"]),
+    rows = [["#" + str(r["rank"]), *_ident(r), _seeds_cell(r, stale or {}),
              fmt_mean_std(r["auc_mean"], r["auc_std"]), _span(r), _auc_gain_cell(gl, r),
              *(_cell(lookup, r, "agreement", b) for b in budgets)] for _, r in board.iterrows()]
     heads = ["rank", *IDENT_HEADERS, "seeds", "agreement AUC (log-budget)", "AUC span",
@@ -185,12 +199,14 @@ def _track_blocks(board: pd.DataFrame, agg: pd.DataFrame, track: str,
 def leaderboard_blocks(board: pd.DataFrame, agg: pd.DataFrame, victims: pd.DataFrame,
                        figures: dict[tuple[str, str], str],
                        gains: pd.DataFrame | None = None, provenance: dict[str, Any] | None = None,
-                       excluded: pd.DataFrame | None = None) -> list[Block]:
+                       excluded: pd.DataFrame | None = None, stale: pd.DataFrame | None = None) -> list[Block]:
     """The whole leaderboard page; ``figures`` maps (dataset, mode) → image file name.
 
     ``gains`` is :func:`mebench.report.gains.gain_table`'s frame; ``board`` may carry a
     ``role`` column (``"control"`` rows get no gain). ``provenance`` (version, commit,
-    date, inputs) heads the page; ``excluded`` runs (not complete) are listed at its end.
+    date, inputs) heads the page; ``excluded`` runs (:func:`mebench.report.load.exclusions`: not
+    complete or damaged) are listed at its end with their reasons, after the ``stale`` ones
+    (:func:`mebench.report.identity.stale_runs`), whose conditions are marked in the seeds column.
     """
     gl = _gain_lookup(gains)
     blocks = [Block("h1", "mebench leaderboard")]
@@ -207,22 +223,18 @@ def leaderboard_blocks(board: pd.DataFrame, agg: pd.DataFrame, victims: pd.DataF
                                      f"{v['victim_test_accuracy']:.4f}"))
         sub_agg = agg[(agg["dataset"] == dataset) & (agg["output_mode"] == mode)]
         for track, tb in sub.groupby("track", sort=True):
-            blocks += _track_blocks(tb, sub_agg[sub_agg["track"] == track], track, gl)
+            blocks += _track_blocks(tb, sub_agg[sub_agg["track"] == track], track, gl, _stale_counts(stale))
+    blocks += stale_blocks(stale) if stale is not None else []
     if excluded is not None and not excluded.empty:
         blocks += [Block("h2", "Runs left out (not complete)"),
-                   Block("p", "These runs did not finish (interrupted, failed, or a grid cell that "
-                              "failed its contract checks); they are in no table, ranking or gain above."),
-                   table(["run", "attack", "data mode", "output mode", "victim", "seed", "status", "source"],
-                         [[str(r["run_name"]), str(r["label"]), str(r["data_mode"]), str(r["output_mode"]),
-                           str(r["victim_id"]), str(r["seed"]), str(r["status"]), str(r["source"])]
-                          for _, r in excluded_runs(excluded).iterrows()])]
+                   Block("p", "These seed-runs did not finish or cannot be read whole (interrupted, failed, a "
+                              "grid cell that failed its contract checks, a truncated or missing file); they "
+                              "are in no table, ranking or gain above."),
+                   table(["run", "attack", "data mode", "output mode", "victim", "seed", "status", "reason",
+                          "source"],
+                         [[str(r[c]) for c in ("run_name", "label", "data_mode", "output_mode", "victim_id", "seed",
+                                               "status", "reason", "source")] for _, r in excluded.iterrows()])]
     return blocks
-
-
-def excluded_runs(excluded: pd.DataFrame) -> pd.DataFrame:
-    """One row per left-out seed-run (the frame holds one row per metrics row)."""
-    cols = ["run_name", "run_id", "label", "data_mode", "output_mode", "victim_id", "seed", "status", "source"]
-    return excluded[cols].drop_duplicates().sort_values(cols, kind="stable").reset_index(drop=True)
 
 
 def provenance_text(p: dict[str, Any]) -> str:

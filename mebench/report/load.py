@@ -17,7 +17,15 @@ row per ``metrics.csv`` row plus the columns the report groups by: ``label``
 the label, so a relabelled null control such as ``untrained_generator_maze`` is still known by
 its name),
 ``dataset`` and ``victim_test_accuracy``. Extra keys are ignored, missing seeds
-simply mean fewer rows, and unreadable files are skipped with a warning.
+simply mean fewer rows. A seed folder that cannot be read whole (a truncated ``metrics.csv``,
+an invalid ``summary.json``, no result rows, a grid cell without ``result.json``) or did not
+complete is read as a record with a ``problem`` and no row of the frame: :func:`exclusions`
+lists each one with its reason (:mod:`mebench.report.folders`).
+
+Each row also carries what tells its seed-run apart from another run of the same condition and
+seed: ``completed`` (epoch seconds, from ``summary.json`` ``completed_at`` or a file time),
+``torch_threads``, ``device``, ``code_identity`` (else ``git <commit>``), ``plan_hash`` and
+``kept_stale`` (a cell kept by ``--keep-stale``).
 """
 
 from __future__ import annotations
@@ -25,15 +33,16 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
-import yaml
 
 from mebench.artifacts import METRICS_COLUMNS
-from mebench.metrics import METRIC_NAMES
+from mebench.metricspec import METRIC_NAMES
+from mebench.report.folders import (NO_SUMMARY, completion_time, is_grid_cell, leftover_cache, read_config,
+                                    read_metrics, read_summary, result_problem, seed_folders)
 
 METRIC_COLUMNS: tuple[str, ...] = METRIC_NAMES
 """The metrics of contract §1.3 (``mebench.metrics.METRICS``), in the order every report shows them."""
@@ -44,13 +53,18 @@ CSV_COLUMNS: tuple[str, ...] = METRICS_COLUMNS
 EXTRA_COLUMNS: tuple[str, ...] = (
     "label", "dataset", "victim_test_accuracy", "victim_sha256", "victim_zoo", "defense", "defense_test_accuracy",
     "defense_agreement", "defense_perturbation", "status", "run_name", "run_id", "source",
+    "completed", "completed_from", "torch_threads", "device", "code_identity", "plan_hash", "kept_stale",
+    "stale_reason", "control_for",
 )
 """Columns the loader adds to every row."""
 
 UNKNOWN = "unknown"
+UNRECORDED = "?"
+"""``control_for`` of a run whose summary does not record its attack's ``null_control_for``."""
 
-NO_SUMMARY = "no summary.json"
-"""Status of a seed folder without ``summary.json``: the engine writes it last, so the run never finished."""
+EXCLUDED_COLUMNS: tuple[str, ...] = ("run_name", "run_id", "label", "data_mode", "output_mode", "victim_id",
+                                     "seed", "status", "reason", "source")
+"""``excluded.csv``: one row per seed-run the report did not read, with a one-line reason."""
 
 
 class NoResultsError(ValueError):
@@ -61,10 +75,11 @@ class NoResultsError(ValueError):
 class RunRecord:
     """The results of one seed-run: its metric rows and its ``summary.json``.
 
-    ``run_name``/``run_id`` identify the run (folder names or a cell id);
-    ``source`` says where the rows were read, for warnings and for ordering
-    re-runs (a later ``run_id`` replaces an earlier one, see
-    :func:`mebench.report.aggregate.drop_reruns`).
+    ``run_name``/``run_id`` identify the run (folder names or a cell id) for people only;
+    ``source`` says where the rows were read. ``completed`` (epoch seconds; NaN when unknown)
+    orders re-runs (:func:`mebench.report.aggregate.drop_reruns`), ``completed_from`` says
+    where it came from. ``problem`` (one line) marks a record the report does not read:
+    damaged, partial or not complete; ``status`` is then its short category.
     """
 
     rows: list[dict[str, Any]]
@@ -73,18 +88,39 @@ class RunRecord:
     run_name: str = ""
     run_id: str = ""
     source: str = ""
+    completed: float = math.nan
+    completed_from: str = ""
+    problem: str = ""
+    status: str = ""
+
+    @property
+    def state(self) -> str:
+        """``complete`` or why not: the recorded category, else the summary's status."""
+        if self.status:
+            return self.status
+        return str(self.summary.get("status", "complete")) if self.summary else "complete"
+
+    @property
+    def ok(self) -> bool:
+        """Read into the results: no problem and complete."""
+        return not self.problem and self.state == "complete"
 
 
 def load_results(path: str | Path | Sequence[str | Path]) -> pd.DataFrame:
     """Every result under ``path`` (folders and/or pytest JSON reports; one or several) as one frame.
 
     Runs against different victim checkpoints (sha256) under one ``victim_id`` are
-    told apart (:func:`separate_victims`). Raises :class:`NoResultsError` when
+    told apart (:func:`separate_victims`); a record with a problem is left out with a warning
+    naming it and its reason. Raises :class:`NoResultsError` when
     nothing can be read, so a typo in a path fails loudly instead of producing an
     empty report.
     """
     paths = [Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path]
-    return results_frame(load_records(paths), paths)
+    records = load_records(paths)
+    for rec in records:
+        if rec.problem:
+            warnings.warn(f"left out {rec.source}: {rec.problem}", stacklevel=2)
+    return results_frame(records, paths)
 
 
 def results_frame(records: Sequence[RunRecord], paths: Sequence[Path]) -> pd.DataFrame:
@@ -120,7 +156,7 @@ def detection_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         summary = rec.summary or {}
         defense = _section(summary, "defense")
         det = _section(defense, "detection")
-        if not det or summary.get("status", "complete") != "complete":
+        if not det or not rec.ok:
             continue
         base = {"dataset": str(_section(summary, "dataset").get("name") or UNKNOWN),
                 "victim_id": str(_section(summary, "victim").get("victim_id") or _section(
@@ -202,46 +238,42 @@ def split_incomplete(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def load_runs_folder(root: Path) -> list[RunRecord]:
-    """One record per ``metrics.csv`` found below ``root`` (in sorted path order)."""
-    records = []
-    for csv_path in sorted(root.rglob("metrics.csv")):
-        record = _read_seed_folder(csv_path.parent)
-        if record is not None:
-            records.append(record)
-    return records
+    """One record per seed or cell folder found below ``root`` (:func:`mebench.report.folders.seed_folders`)."""
+    return [_read_seed_folder(folder) for folder in seed_folders(root)]
 
 
-def _read_seed_folder(folder: Path) -> RunRecord | None:
-    try:
-        rows = pd.read_csv(folder / "metrics.csv", dtype=str, keep_default_na=False)
-    except (OSError, ValueError, pd.errors.ParserError) as err:
-        warnings.warn(f"{folder / 'metrics.csv'}: skipped, unreadable ({err})", stacklevel=3)
-        return None
-    summary = _read_mapping(folder / "summary.json", json.loads)
-    if not (folder / "summary.json").exists():
-        warnings.warn(f"{folder}: no summary.json (run still going or killed); its rows are "
-                      f"read with status '{NO_SUMMARY}' and left out of rankings", stacklevel=3)
-        summary = {"status": NO_SUMMARY}
+def _read_seed_folder(folder: Path) -> RunRecord:
+    """The folder's record; rows are kept only for naming it when it has a ``problem``."""
+    summary, summary_problem = read_summary(folder / "summary.json")
+    rows, metrics_problem = read_metrics(folder / "metrics.csv")
+    status, problem = _folder_state(folder, summary, summary_problem, metrics_problem)
+    completed, completed_from = completion_time(summary, folder / "summary.json", folder / "metrics.csv")
     return RunRecord(
-        rows=rows.to_dict(orient="records"),
-        summary=summary,
-        run_config=_read_mapping(folder / "run_config.yaml", yaml.safe_load),
-        run_name=folder.parent.parent.name,
-        run_id=folder.parent.name,
-        source=str(folder),
+        rows=rows, summary=summary, run_config=read_config(folder / "run_config.yaml"),
+        run_name=folder.parent.parent.name, run_id=folder.parent.name, source=str(folder),
+        completed=completed, completed_from=completed_from,
+        problem=problem + leftover_cache(folder) if problem else "", status=status,
     )
 
 
-def _read_mapping(path: Path, parse: Any) -> Mapping[str, Any]:
-    """A JSON/YAML mapping, or ``{}`` (with a warning) if absent or malformed."""
-    if not path.exists():
-        return {}
-    try:
-        value = parse(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError) as err:
-        warnings.warn(f"{path}: ignored, unreadable ({err})", stacklevel=4)
-        return {}
-    return value if isinstance(value, Mapping) else {}
+def _folder_state(folder: Path, summary: Mapping[str, Any], summary_problem: str,
+                  metrics_problem: str) -> tuple[str, str]:
+    """``(status, problem)``: the first reason the folder cannot be read, ``("complete", "")`` if none."""
+    if summary_problem:
+        return "damaged summary.json", summary_problem
+    run_status = str(summary.get("status", "complete")) if (folder / "summary.json").exists() else NO_SUMMARY
+    if run_status not in ("complete", NO_SUMMARY):
+        error = f": {summary['error']}" if summary.get("error") else ""
+        return run_status, f"status '{run_status}'{error}"
+    if is_grid_cell(folder):
+        status, problem = result_problem(folder)
+        if problem:
+            return status, problem
+    if metrics_problem:
+        return ("no result rows" if "no result rows" in metrics_problem else "damaged metrics.csv"), metrics_problem
+    if run_status == NO_SUMMARY:
+        return NO_SUMMARY, "no summary.json: the run never finished (killed, or still running)"
+    return "complete", ""
 
 
 def load_json_report(path: Path) -> list[RunRecord]:
@@ -257,45 +289,48 @@ def pytest_json_records(doc: Mapping[str, Any], source: str = "") -> list[RunRec
     """The one place that knows the harness's JSON layout.
 
     Expected: ``{"cells": [{"id": str, "metrics_rows": [row, ...], "summary": {...}}]}``
-    where each row has the ``metrics.csv`` columns. Cells without rows (errored or
-    skipped cells) are left out, errored ones with a warning; a cell whose status is not
-    ``passed`` keeps its rows with status ``cell <status>`` (left out of rankings later).
+    where each row has the ``metrics.csv`` columns. A cell whose status is not ``passed``
+    (failed its contract checks, errored) is a record with a problem, named in
+    ``excluded.csv``; skipped cells are not results and are left out silently. Completion
+    time: the summary's ``completed_at``, else the report's ``created_utc``.
     """
     records = []
+    created = doc.get("created_utc") if isinstance(doc, Mapping) else None
     for i, cell in enumerate(doc.get("cells", []) if isinstance(doc, Mapping) else []):
         if not isinstance(cell, Mapping):
             continue
         cell_id = str(cell.get("id", f"cell{i}"))
-        if not cell.get("metrics_rows"):
-            _warn_rowless_cell(cell, f"{source}::{cell_id}")
+        outcome = cell.get("status", cell.get("outcome"))
+        if outcome == "skipped" and not cell.get("metrics_rows"):
             continue
         summary = dict(cell.get("summary") or {})
-        outcome = cell.get("status", cell.get("outcome"))
-        if outcome not in (None, "passed"):  # a cell that failed its contract checks is not a result
-            summary["status"] = f"cell {outcome}"
-        records.append(RunRecord(
-            rows=[dict(r) for r in cell["metrics_rows"] if isinstance(r, Mapping)],
-            summary=summary,
-            run_config=summary.get("config") or {},
-            run_name=cell_id,
-            run_id=str(summary.get("timestamp", "")),
-            source=f"{source}::{cell_id}",
-        ))
+        completed, completed_from = completion_time({"completed_at": summary.get("completed_at") or created},
+                                                    Path(source))
+        rec = RunRecord(rows=[dict(r) for r in cell.get("metrics_rows") or [] if isinstance(r, Mapping)],
+                        summary=summary, run_config=summary.get("config") or {}, run_name=cell_id,
+                        run_id=str(summary.get("timestamp", "")), source=f"{source}::{cell_id}",
+                        completed=completed, completed_from=completed_from if completed_from != "unknown" else "")
+        records.append(_cell_state(rec, cell, outcome))
     return records
 
 
-def _warn_rowless_cell(cell: Mapping[str, Any], where: str) -> None:
-    """A cell that errored before writing any metrics row is left out, and said so (skipped cells are silent)."""
-    status = cell.get("status", cell.get("outcome"))
-    if status not in ("passed", "skipped"):
-        error = f": {cell['error']}" if cell.get("error") else ""
-        warnings.warn(f"left out {where}: status '{status}', no metrics rows{error}", stacklevel=4)
+def _cell_state(rec: RunRecord, cell: Mapping[str, Any], outcome: Any) -> RunRecord:
+    """A cell that did not pass, or passed without rows, gets its status and a one-line problem."""
+    if outcome not in (None, "passed"):
+        why = cell.get("error") or "; ".join(cell.get("problems") or []) or "no reason recorded"
+        return replace(rec, status=f"cell {outcome}", problem=f"cell {outcome}: {why}")
+    if not rec.rows:
+        return replace(rec, status="no result rows", problem="cell passed without metrics rows")
+    return rec
 
 
 def records_to_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
-    """One row per metrics row, typed: metrics float (NaN when empty), seed/B int."""
+    """One row per metrics row of every readable, complete record, typed: metrics float (NaN when empty),
+    seed/B int. Records with a problem contribute nothing here (:func:`exclusions` names them)."""
     rows = []
     for rec in records:
+        if rec.problem:
+            continue
         extra = _record_columns(rec)
         rows.extend({**{c: r.get(c, "") for c in CSV_COLUMNS}, **extra} for r in rec.rows)
     frame = pd.DataFrame(rows, columns=[*CSV_COLUMNS, *EXTRA_COLUMNS])
@@ -308,9 +343,9 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
     attack = _section(summary, "attack") or _section(config, "attack")
     victim = _section(summary, "victim")
     dataset = _section(summary, "dataset") or _section(config, "dataset")
-    status = summary.get("status", "complete") if summary else "complete"
     defense = _section(summary, "defense") or _section(config, "defense")
     name = {"attack": str(attack["name"])} if attack.get("name") else {}  # else metrics.csv's column
+    controls = attack.get("null_control_for")
     return {
         **name,
         "label": attack.get("label") or attack.get("name") or "",
@@ -322,11 +357,45 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
         "victim_test_accuracy": _as_float(victim.get("test_accuracy")),
         "victim_sha256": str(victim.get("checkpoint_sha256") or victim.get("sha256") or ""),
         "victim_zoo": str(victim.get("zoo") or ""),
-        "status": str(status),
-        "run_name": rec.run_name,
-        "run_id": rec.run_id,
-        "source": rec.source,
+        "status": rec.state, "run_name": rec.run_name, "run_id": rec.run_id, "source": rec.source,
+        "control_for": ";".join(sorted(map(str, controls))) if isinstance(controls, list) else UNRECORDED,
+        **identity_columns(rec),
     }
+
+
+def identity_columns(rec: RunRecord) -> dict[str, Any]:
+    """What tells two seed-runs of one condition apart: when they ended, on what, with which code."""
+    summary = rec.summary
+    machine, git, resume = _section(summary, "machine"), _section(summary, "git"), _section(summary, "resume")
+    threads = machine.get("torch_threads")
+    code = summary.get("code_identity") or (
+        f"git {str(git['commit'])[:12]}{'+dirty' if git.get('dirty') else ''}" if git.get("commit") else "")
+    return {"completed": rec.completed, "completed_from": rec.completed_from,
+            "torch_threads": str(threads) if threads is not None else "",
+            "device": str(machine.get("device") or ""), "code_identity": str(code),
+            "plan_hash": str(summary.get("plan_hash") or ""), "kept_stale": bool(resume.get("kept_stale")),
+            "stale_reason": str(resume.get("reason") or "") if resume.get("kept_stale") else ""}
+
+
+def exclusions(records: Iterable[RunRecord]) -> pd.DataFrame:
+    """One row per seed-run left out (:data:`EXCLUDED_COLUMNS`), named by what could be read of it."""
+    rows = []
+    for rec in records:
+        if rec.ok:
+            continue
+        first = rec.rows[0] if rec.rows else {}
+        summary, config = rec.summary, rec.run_config
+        attack = _section(summary, "attack") or _section(config, "attack")
+        seed = summary.get("seed", first.get("seed", ""))
+        rows.append({"run_name": rec.run_name, "run_id": rec.run_id,
+                     "label": str(attack.get("label") or attack.get("name") or first.get("attack") or ""),
+                     "data_mode": str(first.get("data_mode") or _section(summary, "dataset").get("data_mode") or ""),
+                     "output_mode": str(first.get("output_mode") or attack.get("output_mode") or ""),
+                     "victim_id": str(first.get("victim_id") or _section(summary, "victim").get("victim_id") or ""),
+                     "seed": "" if seed is None else str(seed), "status": rec.state,
+                     "reason": rec.problem or f"status '{rec.state}'", "source": rec.source})
+    frame = pd.DataFrame(rows, columns=list(EXCLUDED_COLUMNS))
+    return frame.sort_values(["source", "run_name"], kind="stable").reset_index(drop=True)
 
 
 def _section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -351,7 +420,10 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     text_cols = ["track", "attack", "data_mode", "output_mode", "victim_id",
                  "substitute_arch", "label", "dataset", "victim_sha256", "defense", "status", "run_name", "run_id",
-                 "source"]
+                 "source", "completed_from", "torch_threads", "device", "code_identity", "plan_hash", "stale_reason",
+                 "control_for"]
+    frame["completed"] = pd.to_numeric(frame["completed"], errors="coerce").astype(float)
+    frame["kept_stale"] = frame["kept_stale"].fillna(False).astype(bool)
     for col in text_cols:
         frame[col] = frame[col].fillna("").astype(str).str.strip()
     frame["label"] = frame["label"].where(frame["label"] != "", frame["attack"])

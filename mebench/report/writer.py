@@ -16,12 +16,15 @@ from mebench.report.defenses import defense_blocks, defense_matrix
 from mebench.report.document import render_html, render_markdown
 from mebench.report.gains import (check_also_against, condition_roles, gain_blocks,
                                   gain_definitions, gain_table, leaderboard_gain_columns)
-from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, excluded_runs,
-                                        leaderboard_blocks, leaderboard_latex, leaderboard_table)
+from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, leaderboard_blocks,
+                                        leaderboard_latex, leaderboard_table)
 from mebench.report.detection import detection_blocks, detection_table
 from mebench.report.health import health_blocks, health_frame
 from mebench.report.zoo import zoo_blocks, zoo_tables
-from mebench.report.load import NoResultsError, detection_frame, load_records, results_frame, split_incomplete
+from mebench.report.identity import separate_unpoolable, stale_runs
+from mebench.report.load import (NoResultsError, detection_frame, exclusions, load_records, results_frame,
+                                 split_incomplete)
+from mebench.report.paths import relative_path, relative_sources
 from mebench.report.plots import slug, write_curve_figures, write_defense_scatter
 from mebench.report.stats import N_BOOTSTRAP, definitions
 from mebench.serial import jsonable
@@ -33,15 +36,16 @@ def default_out_dir(path: str | Path | Sequence[str | Path]) -> Path:
     return p.parent / f"{p.stem}_report" if p.is_file() else p / "report"
 
 
-def provenance(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """What the report was made with: mebench version, commit, date (UTC) and the inputs read."""
+def provenance(paths: Sequence[str | Path], out: str | Path = ".") -> dict[str, Any]:
+    """What the report was made with: mebench version, commit, date (UTC) and the inputs read
+    (relative to the report folder ``out``, so the report survives moving ``runs/``)."""
     from mebench import __version__
     from mebench.runinfo import git_commit
 
     commit = git_commit()
     return {"mebench_version": __version__, "commit": commit["commit"], "dirty": commit["dirty"],
             "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "inputs": [str(Path(p).resolve()) for p in paths]}
+            "inputs": [relative_path(p, out) for p in paths]}
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -89,13 +93,17 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     also_against = check_also_against(also_against)
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     records = load_records([Path(p) for p in paths])
-    frame, excluded = split_incomplete(results_frame(records, paths))
-    for run in excluded_runs(excluded).itertuples():
-        warnings.warn(f"left out {run.run_name} seed {run.seed} ({run.source}): status '{run.status}'",
-                      stacklevel=2)
-    if frame.empty:
-        raise NoResultsError(f"{', '.join(map(str, paths))}: no complete run (every run was left out)")
-    frame = drop_reruns(frame)
+    excluded = exclusions(records)
+    for run in excluded.itertuples():
+        warnings.warn(f"left out {run.run_name} seed {run.seed or '?'} ({run.source}): status '{run.status}': "
+                      f"{run.reason}", stacklevel=2)
+    if not any(rec.ok for rec in records):
+        raise NoResultsError(f"{', '.join(map(str, paths))}: no complete run (every run was left out: "
+                             f"{len(excluded)} listed with their reasons above)" if len(excluded) else
+                             f"{', '.join(map(str, paths))}: no metrics rows found (expected metrics.csv "
+                             "files under runs/<run>/<timestamp>/seed_<s>/ or a JSON report)")
+    frame, _ = split_incomplete(results_frame(records, paths))
+    frame = separate_unpoolable(drop_reruns(frame))
     long = to_long(frame)
     agg, victims = aggregate(long), victim_reference(frame)
     auc = agreement_auc_per_seed(frame)
@@ -110,17 +118,22 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     for (dataset, mode), fig_paths in figures.items():
         for ext, p in fig_paths.items():
             files[f"curves_{slug(dataset)}_{slug(mode)}_{ext}"] = p
-    _write_table(frame, out, "results", files)
+    _write_table(relative_sources(frame, out), out, "results", files)
     _write_table(aggregate_csv_frame(agg), out, "aggregate", files)
-    prov = provenance(paths)
+    prov = provenance(paths, out)
     _write_table(board, out, "leaderboard", files, definitions={"text": DEFINITION_TEXT, "provenance": prov})
     files["leaderboard_tex"] = out / "leaderboard.tex"
     files["leaderboard_tex"].write_text(leaderboard_latex(board, agg), encoding="utf-8")
-    _write_table(excluded_runs(excluded), out, "excluded", files)
+    _write_table(relative_sources(excluded, out), out, "excluded", files)
     _write_table(comps, out, "comparisons", files, definitions=definitions(n_bootstrap))
     _write_table(gains, out, "gains", files, definitions=gain_definitions(n_bootstrap, also_against))
     img = {k: p["png"].name for k, p in figures.items()}
-    _write_pages(leaderboard_blocks(board, agg, victims, img, gains, provenance=prov, excluded=excluded), out,
+    stale = stale_runs(frame)
+    for run in stale.itertuples():
+        warnings.warn(f"{run.source}: seed {run.seed} of {run.label} was kept by --keep-stale "
+                      f"({run.stale_reason or 'no reason recorded'}); marked in the leaderboard", stacklevel=2)
+    _write_pages(leaderboard_blocks(board, agg, victims, img, gains, provenance=prov,
+                                    excluded=relative_sources(excluded, out), stale=relative_sources(stale, out)), out,
                  "leaderboard", "mebench leaderboard", files)
     _write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
                  files, html=False)

@@ -34,9 +34,10 @@ trained again from a fresh initialisation and batch order (``attack.divergence_r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import torch
+if TYPE_CHECKING:  # torch-free at import: the report reads restart_flag
+    import torch
 
 COLLAPSE_SHARE = 0.9
 VICTIM_SHARE_MAX = 0.5
@@ -51,6 +52,8 @@ class TrainingHealthWarning(UserWarning):
 
 def top_class_share(logits: torch.Tensor) -> float:
     """The share of rows whose argmax is the most frequent argmax (1.0: a constant predictor)."""
+    import torch
+
     pred = logits.argmax(dim=1)
     counts = torch.bincount(pred, minlength=int(logits.shape[1]))
     return float(counts.max().item()) / max(1, int(pred.numel()))
