@@ -3,7 +3,9 @@ defense's utility cost (defended test accuracy, agreement with the undefended vi
 absolute perturbation of the probabilities; ``summary.json`` ``defense.utility``) in the header.
 
 A defended victim is reported as ``<victim_id>+<defense>`` everywhere else in the report; here
-the defense becomes a column again, next to ``none``.
+the defense becomes a column again, next to ``none``. The victim stays a row key and a column
+(``base_victim``): two builds of one ``victim_id`` (a ``.pt`` and an ``.onnx`` with different
+sha256, told apart as ``<victim_id>@<sha8>``) are never put in one row nor differenced across.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def defense_matrix(frame: pd.DataFrame, n_bootstrap: int = N_BOOTSTRAP) -> pd.Da
         agreement_mean=("agreement", "mean"), agreement_std=("agreement", lambda v: v.std(ddof=1)),
         n_seeds=("seed", "nunique"),
         defense_test_accuracy=("defense_test_accuracy", "mean"),
+        victim_test_accuracy=("victim_test_accuracy", "mean"),
         defense_agreement=("defense_agreement", "mean"),
         defense_perturbation=("defense_perturbation", "mean")).reset_index()
     drops = [_drop(f, row, n_bootstrap) for _, row in out.iterrows()]
@@ -83,12 +86,15 @@ def defense_blocks(matrix: pd.DataFrame) -> list[Block]:
         defenses = sorted(m["defense"].unique(), key=lambda d: (d != "none", d))
         budgets = sorted(m["checkpoint_B"].unique())
         rows = []
-        for (label, dm), g in m.groupby(["label", "data_mode"], sort=True):
+        for (victim, label, dm), g in m.groupby(["base_victim", "label", "data_mode"], sort=True):
             cells = []
             for d in defenses:
                 vals = [g[(g["defense"] == d) & (g["checkpoint_B"] == b)] for b in budgets]
                 cells.append(" / ".join(_cell(v) if len(v) else "–" for v in vals))
-            rows.append([f"{label} ({dm})", *cells])
+            rows.append([str(victim), f"{label} ({dm})", *cells])
+        victims = sorted(m["base_victim"].unique())
+        note = [Block("p", f"Victims {', '.join(victims)}: each row is one victim; the defense headers "
+                           "average its utility over them.")] if len(victims) > 1 else []
         blocks += [Block("h2", f"{dataset} · {mode} · Track {track} (agreement @{' / @'.join(budget_label(int(b)) for b in budgets)})"),
-                   table(["attack", *(_header(m, d) for d in defenses)], rows)]
+                   *note, table(["victim", "attack", *(_header(m, d) for d in defenses)], rows)]
     return blocks

@@ -126,23 +126,41 @@ def write_curve_figures(agg: pd.DataFrame, victims: pd.DataFrame,
     return written
 
 
-def write_defense_scatter(matrix: pd.DataFrame, out_dir: Path) -> dict[tuple[str, str], dict[str, Path]]:
-    """Utility vs protection, one figure per (dataset, output mode): for every defense, its defended
-    test accuracy (x) against each attack's Track A agreement at the largest budget (y); ``none``
-    sits at the victim's own accuracy. Returns {(dataset, mode): {"png": path, "svg": path}}."""
-    files: dict[tuple[str, str], dict[str, Path]] = {}
-    top = matrix[(matrix["track"] == "A")]
+def scatter_points(matrix: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """What each utility-vs-protection figure shows: per (dataset, output mode), Track A rows at the
+    largest budget some defended run reached with a finite agreement, with ``x`` its utility (the
+    defended test accuracy; the victim's own for ``none``). A slice without one defended point to
+    draw gets no figure: no empty plot is ever written."""
+    points: dict[tuple[str, str], pd.DataFrame] = {}
+    top = matrix[(matrix["track"] == "A") & np.isfinite(matrix["agreement_mean"].astype(float))]
     for (dataset, mode), m in top.groupby(["dataset", "output_mode"], sort=True):
-        m = m[m["checkpoint_B"] == m["checkpoint_B"].max()]
-        base_acc = m.loc[m["defense"] != "none", "defense_test_accuracy"].max()
+        defended = m[(m["defense"] != "none") & np.isfinite(m["defense_test_accuracy"].astype(float))]
+        if defended.empty:
+            continue
+        m = m[m["checkpoint_B"] == defended["checkpoint_B"].max()]
+        own = m["victim_test_accuracy"] if "victim_test_accuracy" in m else pd.Series(np.nan, index=m.index)
+        fallback = m.loc[m["defense"] != "none", "defense_test_accuracy"].max()
+        x = np.where(m["defense"] == "none", own.fillna(fallback), m["defense_test_accuracy"])
+        m = m.assign(x=x.astype(float))
+        points[(dataset, mode)] = m[np.isfinite(m["x"])]
+    return points
+
+
+def write_defense_scatter(matrix: pd.DataFrame, out_dir: Path) -> dict[tuple[str, str], dict[str, Path]]:
+    """Utility vs protection, one figure per (dataset, output mode) that has a defended point
+    (:func:`scatter_points`): each attack's Track A agreement (y) against each defense's defended
+    test accuracy (x), one marker series per victim and attack. Returns {(dataset, mode): {"png", "svg"}}."""
+    files: dict[tuple[str, str], dict[str, Path]] = {}
+    for (dataset, mode), m in scatter_points(matrix).items():
+        budget = int(m["checkpoint_B"].max())
+        several = m["base_victim"].nunique() > 1
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for (label, dm), g in m.groupby(["label", "data_mode"], sort=True):
-            x = [base_acc if d == "none" else a for d, a in zip(g["defense"], g["defense_test_accuracy"])]
-            ax.scatter(x, g["agreement_mean"], label=f"{label} ({dm})")
-            for xi, yi, d in zip(x, g["agreement_mean"], g["defense"]):
+        for (victim, label, dm), g in m.groupby(["base_victim", "label", "data_mode"], sort=True):
+            ax.scatter(g["x"], g["agreement_mean"], label=f"{label} ({dm})" + (f" · {victim}" if several else ""))
+            for xi, yi, d in zip(g["x"], g["agreement_mean"], g["defense"]):
                 ax.annotate(d, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xlabel("defended test accuracy (utility for honest users)")
-        ax.set_ylabel(f"Track A agreement @{budget_label(int(m['checkpoint_B'].max()))} (lower: better protection)")
+        ax.set_ylabel(f"Track A agreement @{budget_label(budget)} (lower: better protection)")
         ax.set_title(f"{dataset} · {mode}: utility vs protection", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
