@@ -1,8 +1,8 @@
 """``mebench report PATH [PATH ...] [--out DIR]``: the report of runs folders and/or pytest JSON reports.
 
 Writes curves, the leaderboard (Markdown, HTML, CSV, JSON, LaTeX), pairwise comparisons,
-gains over the null controls and the aggregate. Runs that did not complete are left out
-and listed apart; runs against different victim checkpoints under one victim id are
+gains over the null controls and the aggregate. Runs that did not complete, and seed folders
+that cannot be read whole (truncated or missing files), are left out and listed with a reason; runs against different victim checkpoints under one victim id are
 reported apart; rankings and comparisons use only rows over the same budget span; a
 seed-run found twice among the PATHs is kept once, with a warning.
 """
@@ -68,8 +68,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"  {key:<40} {path}")
     left_out = _count_rows(files.get("excluded_csv"))
     if left_out:
-        print(f"left out {left_out} seed-run(s) that did not complete: listed in excluded.csv and "
-              "at the end of leaderboard.md")
+        print(f"left out {left_out} seed-run(s) that did not complete or cannot be read whole: listed with "
+              "their reasons in excluded.csv and at the end of leaderboard.md")
     return 0
 
 

@@ -8,7 +8,7 @@ sources), the positives one attack's streams (one per seed). Per attack the tabl
 - ``benign_flagged``: the same share for the benign streams (the false-positive rate at that
   threshold);
 - ``tpr_at_1pct`` and ``tpr_at_0.1pct``: the true-positive rate at the strictest threshold that
-  flags at most 1 % / 0.1 % of the benign streams (``mebench.defenses.detection.tpr_at_fpr``), with
+  flags at most 1 % / 0.1 % of the benign streams (``mebench.detection_rates.tpr_at_fpr``), with
   the number of benign streams: below 1/FPR of them no false positive at all is allowed, and the
   table says the FPR is not resolved. No AUC is given on purpose: a detector is used at a low
   false-positive rate, and an AUC averages over rates nobody would deploy.
@@ -17,11 +17,49 @@ sources), the positives one attack's streams (one per seed). Per attack the tabl
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import pandas as pd
 
 from mebench.detection_rates import tpr_at_fpr
 from mebench.report.document import Block, budget_label, table
+from mebench.report.load import UNKNOWN, RunRecord, _as_float, _section
+
+DETECTION_COLUMNS = ("dataset", "victim_id", "defense", "output_mode", "stream", "label", "data_mode", "seed",
+                     "index", "checkpoint_B", "score", "flagged_at", "delta")
+
+
+def detection_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
+    """One row per detector stream and checkpoint (``summary.json`` ``defense.detection``): the
+    attack's stream (``stream`` "attack", ``label`` the attack) and the benign streams (``stream``
+    "benign", ``label`` their source), with the score at B and the query that was flagged.
+    Benign streams depend on the seed only, so a benign stream seen by several cells is kept once."""
+    rows = []
+    for rec in records:
+        summary = rec.summary or {}
+        defense = _section(summary, "defense")
+        det = _section(defense, "detection")
+        if not det or not rec.ok:
+            continue
+        base = {"dataset": str(_section(summary, "dataset").get("name") or UNKNOWN),
+                "victim_id": str(_section(summary, "victim").get("victim_id") or _section(
+                    _section(summary, "config"), "victim").get("victim_id") or UNKNOWN),
+                "defense": str(defense.get("label") or defense.get("name")),
+                "seed": int(summary.get("seed", 0)), "delta": _as_float(_section(det, "params").get("delta"))}
+        attack = _section(summary, "attack")
+        streams = [("attack", attack.get("label") or attack.get("name") or "", str(attack.get("output_mode") or ""),
+                    str(_section(summary, "dataset").get("data_mode") or ""), 0, _section(det, "attack"))]
+        streams += [("benign", str(b.get("source")), "", "", int(b.get("stream", 0)), b) for b in det.get("benign", [])]
+        for kind, label, mode, dm, index, s in streams:
+            for b, score in (s.get("score_at") or {}).items():
+                rows.append({**base, "stream": kind, "label": label, "output_mode": mode, "data_mode": dm,
+                             "index": index, "checkpoint_B": int(b), "score": _as_float(score),
+                             "flagged_at": s.get("flagged_at")})
+    frame = pd.DataFrame(rows, columns=list(DETECTION_COLUMNS))
+    benign = frame["stream"] == "benign"
+    keys = ["dataset", "victim_id", "defense", "delta", "seed", "label", "index", "checkpoint_B"]
+    return pd.concat([frame[~benign], frame[benign].drop_duplicates(subset=keys)], ignore_index=True)
+
 
 FPRS = (0.01, 0.001)
 GROUP = ["dataset", "victim_id", "defense", "delta", "checkpoint_B"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -140,42 +141,6 @@ def load_records(paths: Sequence[Path]) -> list[RunRecord]:
             raise NoResultsError(f"{p}: no such file or folder")
         records += load_json_report(p) if p.is_file() else load_runs_folder(p)
     return unique_records(records)
-
-
-DETECTION_COLUMNS = ("dataset", "victim_id", "defense", "output_mode", "stream", "label", "data_mode", "seed",
-                     "index", "checkpoint_B", "score", "flagged_at", "delta")
-
-
-def detection_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
-    """One row per detector stream and checkpoint (``summary.json`` ``defense.detection``): the
-    attack's stream (``stream`` "attack", ``label`` the attack) and the benign streams (``stream``
-    "benign", ``label`` their source), with the score at B and the query that was flagged.
-    Benign streams depend on the seed only, so a benign stream seen by several cells is kept once."""
-    rows = []
-    for rec in records:
-        summary = rec.summary or {}
-        defense = _section(summary, "defense")
-        det = _section(defense, "detection")
-        if not det or not rec.ok:
-            continue
-        base = {"dataset": str(_section(summary, "dataset").get("name") or UNKNOWN),
-                "victim_id": str(_section(summary, "victim").get("victim_id") or _section(
-                    _section(summary, "config"), "victim").get("victim_id") or UNKNOWN),
-                "defense": str(defense.get("label") or defense.get("name")),
-                "seed": int(summary.get("seed", 0)), "delta": _as_float(_section(det, "params").get("delta"))}
-        attack = _section(summary, "attack")
-        streams = [("attack", attack.get("label") or attack.get("name") or "", str(attack.get("output_mode") or ""),
-                    str(_section(summary, "dataset").get("data_mode") or ""), 0, _section(det, "attack"))]
-        streams += [("benign", str(b.get("source")), "", "", int(b.get("stream", 0)), b) for b in det.get("benign", [])]
-        for kind, label, mode, dm, index, s in streams:
-            for b, score in (s.get("score_at") or {}).items():
-                rows.append({**base, "stream": kind, "label": label, "output_mode": mode, "data_mode": dm,
-                             "index": index, "checkpoint_B": int(b), "score": _as_float(score),
-                             "flagged_at": s.get("flagged_at")})
-    frame = pd.DataFrame(rows, columns=list(DETECTION_COLUMNS))
-    benign = frame["stream"] == "benign"
-    keys = ["dataset", "victim_id", "defense", "delta", "seed", "label", "index", "checkpoint_B"]
-    return pd.concat([frame[~benign], frame[benign].drop_duplicates(subset=keys)], ignore_index=True)
 
 
 def defended_victims(frame: pd.DataFrame) -> pd.DataFrame:
@@ -386,7 +351,7 @@ def exclusions(records: Iterable[RunRecord]) -> pd.DataFrame:
         first = rec.rows[0] if rec.rows else {}
         summary, config = rec.summary, rec.run_config
         attack = _section(summary, "attack") or _section(config, "attack")
-        seed = summary.get("seed", first.get("seed", ""))
+        seed = summary.get("seed", first.get("seed", _seed_of_name(rec.source)))
         rows.append({"run_name": rec.run_name, "run_id": rec.run_id,
                      "label": str(attack.get("label") or attack.get("name") or first.get("attack") or ""),
                      "data_mode": str(first.get("data_mode") or _section(summary, "dataset").get("data_mode") or ""),
@@ -396,6 +361,13 @@ def exclusions(records: Iterable[RunRecord]) -> pd.DataFrame:
                      "reason": rec.problem or f"status '{rec.state}'", "source": rec.source})
     frame = pd.DataFrame(rows, columns=list(EXCLUDED_COLUMNS))
     return frame.sort_values(["source", "run_name"], kind="stable").reset_index(drop=True)
+
+
+def _seed_of_name(source: str) -> str:
+    """The seed a folder or cell name carries (``seed_3``, ``<cell id>-s3``), else ""."""
+    match = re.search(r"(?:^seed_|-s)(\d+)$", Path(source.partition("::")[0]).name if "::" not in source
+                      else source.partition("::")[2])
+    return match.group(1) if match else ""
 
 
 def _section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -18,12 +18,11 @@ from mebench.report.gains import (check_also_against, condition_roles, gain_bloc
                                   gain_definitions, gain_table, leaderboard_gain_columns)
 from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, leaderboard_blocks,
                                         leaderboard_latex, leaderboard_table)
-from mebench.report.detection import detection_blocks, detection_table
+from mebench.report.detection import detection_blocks, detection_frame, detection_table
 from mebench.report.health import health_blocks, health_frame
 from mebench.report.zoo import zoo_blocks, zoo_tables
 from mebench.report.identity import separate_unpoolable, stale_runs
-from mebench.report.load import (NoResultsError, detection_frame, exclusions, load_records, results_frame,
-                                 split_incomplete)
+from mebench.report.load import NoResultsError, exclusions, load_records, results_frame, split_incomplete
 from mebench.report.paths import relative_path, relative_sources
 from mebench.report.plots import slug, write_curve_figures, write_defense_scatter
 from mebench.report.stats import N_BOOTSTRAP, definitions
@@ -95,8 +94,7 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     records = load_records([Path(p) for p in paths])
     excluded = exclusions(records)
     for run in excluded.itertuples():
-        warnings.warn(f"left out {run.run_name} seed {run.seed or '?'} ({run.source}): status '{run.status}': "
-                      f"{run.reason}", stacklevel=2)
+        warnings.warn(f"left out {run.run_name} seed {run.seed or '?'} ({run.source}): {run.reason}", stacklevel=2)
     if not any(rec.ok for rec in records):
         raise NoResultsError(f"{', '.join(map(str, paths))}: no complete run (every run was left out: "
                              f"{len(excluded)} listed with their reasons above)" if len(excluded) else
