@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import pandas as pd
+if TYPE_CHECKING:  # the grid's writer imports this module: no pandas at import
+    import pandas as pd
 
 CELL_SEPARATOR = "::"
 """``<report.json>::<cell id>``: a record read from a pytest JSON report."""
