@@ -154,10 +154,10 @@ def _check_ray(config: pytest.Config) -> None:
     """``--ray`` needs Ray and replaces xdist's loop, so it cannot be combined with ``-n``."""
     if getattr(config.option, "numprocesses", None):
         raise pytest.UsageError("--ray runs every cell as a Ray task; it cannot be combined with -n (xdist)")
-    import importlib.util
+    from mebench.extras import is_installed, missing_message
 
-    if importlib.util.find_spec("ray") is None:
-        raise pytest.UsageError("--ray needs Ray: pip install 'mebench[ray]'")
+    if not is_installed("ray"):
+        raise pytest.UsageError(missing_message("ray", "--ray"))
 
 
 class _ResultListener:

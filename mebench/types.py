@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
-import torch
+if TYPE_CHECKING:  # annotations only: the mode names below are read by config checks that import no torch
+    import torch
 
 OutputMode = Literal["soft_prob", "hard_top1"]
 OUTPUT_MODES: tuple[str, ...] = ("soft_prob", "hard_top1")
