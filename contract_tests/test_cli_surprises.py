@@ -346,3 +346,14 @@ def test_a_grid_whose_only_victim_is_missing_fails_at_collection(grid_folder, mo
     result.stdout.fnmatch_lines(["*mebench grid: *grid.yaml: no cell to run: victim synth_mlp: checkpoint "
                                  "*not_trained.pt not found (train it with `mebench victim train*"])
     assert not (grid_folder.path / "runs").exists()
+
+
+def test_ray_option_without_ray_names_the_extra(grid_folder, monkeypatch):
+    # a missing optional extra is one line with its install command, before collection
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as if it were not installed
+    (grid_folder.path / "grid.yaml").write_text(GRID.replace("VICTIM", "synth_victim.pt"))
+    result = grid_folder.runpytest("benchmarks", "--mebench-config", "grid.yaml", "--ray", "auto", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    said = [ln for ln in result.errlines if ln.strip()]
+    assert said == ['ERROR: --ray needs ray, which is not installed: pip install "mebench[ray]"'], said
+    assert not (grid_folder.path / "runs").exists()
