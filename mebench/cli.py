@@ -265,9 +265,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ImportError as e:  # a package of an optional extra, imported deep inside a library
         from mebench.extras import extra_of, missing_message
 
-        if extra_of(e) is None:
+        package = extra_of(e)
+        if package is None:
             raise
-        print(f"mebench: error: {missing_message(extra_of(e), f'mebench {argv[0]}')}", file=sys.stderr)
+        print(f"mebench: error: {missing_message(package, f'mebench {argv[0]}')}", file=sys.stderr)
         return 1
     except OSError as e:  # the file system refused (permissions, disk full): not a mebench bug
         print(f"mebench: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
