@@ -26,6 +26,8 @@ from mebench import cli
 from mebench.errors import VictimLoadError
 from mebench.testing import deep_update
 
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 #: A shipped config whose run folder would be created under runs/ if the command got that far.
@@ -308,9 +310,6 @@ def _collect(folder: pytest.Pytester, victim: str = "synth_victim.pt", *args: st
     return folder.runpytest_subprocess("benchmarks", "--mebench-config", "grid.yaml", "-q", *args)
 
 
-pytest_plugins = ["pytester"]
-
-
 @pytest.mark.parametrize("root", [None, "/no/such/data/root"])
 @pytest.mark.parametrize("collect_only", [True, False])
 def test_a_grid_without_a_data_root_fails_at_collection_in_one_line(grid_folder, monkeypatch, root, collect_only):
@@ -356,4 +355,50 @@ def test_ray_option_without_ray_names_the_extra(grid_folder, monkeypatch):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     said = [ln for ln in result.errlines if ln.strip()]
     assert said == ['ERROR: --ray needs ray, which is not installed: pip install "mebench[ray]"'], said
+    assert not (grid_folder.path / "runs").exists()
+
+
+REGISTER_WITH_FILES = """\
+import dataclasses
+
+from mebench.data.profiles import PROFILES, register_dataset
+from mebench.testing import register_synthetic
+
+
+def register():
+    register_synthetic()
+    if "SYNTHFILES" not in PROFILES:  # the SYNTHSUR surrogate, with a file it expects in the data root
+        register_dataset(dataclasses.replace(PROFILES.get("SYNTHSUR"), name="SYNTHFILES",
+                                             files=("synthfiles/train.bin", "synthfiles/<class>/*.png")))
+"""
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_a_selected_dataset_missing_from_the_data_root_fails_at_collection(grid_folder, monkeypatch, tmp_path,
+                                                                           present):
+    # contract 3.2, 15.2: a surrogate absent from the data root is one line before any cell runs
+    monkeypatch.setenv("MEBENCH_DATA_ROOT", str(tmp_path))
+    if present:
+        (tmp_path / "synthfiles").mkdir()
+        (tmp_path / "synthfiles" / "train.bin").write_bytes(b"")
+    (grid_folder.path / "synthfiles_plugin.py").write_text(REGISTER_WITH_FILES)
+    grid = (GRID.replace("VICTIM", "synth_victim.pt").replace("mebench.testing:register_synthetic",
+                                                              "synthfiles_plugin:register")
+            .replace("surrogate: {surrogate_name: SYNTHSUR}", "surrogate: {surrogate_name: SYNTHFILES}\n  seed: {}"))
+    (grid_folder.path / "grid.yaml").write_text(grid)
+    result = grid_folder.runpytest_subprocess("benchmarks", "--mebench-config", "grid.yaml", "--collect-only", "-q")
+    if present:
+        assert result.ret == 0, result.stdout.str() + result.stderr.str()
+        return
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    said = [ln for ln in result.errlines if ln.strip()]
+    assert said == [f"ERROR: mebench grid: nodata-random-surrogate-soft_prob-s0: dataset SYNTHFILES is not in the "
+                    f"data root {tmp_path} (MEBENCH_DATA_ROOT): synthfiles/train.bin not found; set "
+                    "dataset.data_root in the benchmark config or MEBENCH_DATA_ROOT to the folder holding it, or "
+                    "set dataset.download: true in the benchmark config"], said
+    # a selection that does not read it still collects (the check is on the selected cells)
+    seed_only = grid_folder.runpytest_subprocess("benchmarks", "--mebench-config", "grid.yaml", "--collect-only",
+                                                 "-q", "-k", "seed")
+    assert seed_only.ret == 0, seed_only.stdout.str() + seed_only.stderr.str()
+    seed_only.stdout.fnmatch_lines(["*test_cell[nodata-random-seed-soft_prob-s0]*"])
     assert not (grid_folder.path / "runs").exists()

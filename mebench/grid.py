@@ -211,35 +211,13 @@ def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
             _add_attack_cells(grid, attack, rootdir, tuple(seeds or spec.seeds), _budgets(spec, budgets, smoke_only))
     except (ConfigError, yaml.YAMLError) as e:
         raise GridError(f"{path}: {e}") from None
-    _check_inputs(grid)
+    from mebench.grid_inputs import check_inputs
+
+    check_inputs(grid)
     dup = _duplicate_ids(grid.cells)
     if dup:
         raise GridError(f"{path}: duplicate cell ids {dup}: give each attack variant its own label")
     return grid
-
-
-def _check_inputs(grid: Grid) -> None:
-    """What every cell reads, checked once when the grid is collected (one line, nothing created),
-    not by each cell when it runs: the data root (a set ``dataset.data_root`` is checked with each
-    cell's config; ``$MEBENCH_DATA_ROOT`` here), and a victim checkpoint when the grid has no other
-    victim to run (a grid whose other victims exist leaves the missing ones out, with a note)."""
-    from mebench.data.datasets import HINTS, resolve_data_root
-    from mebench.errors import DataMissingError
-
-    if not grid.cells:
-        missing = [n.replace("left out victim", "victim", 1) for n in grid.notes if n.startswith("left out victim")]
-        if missing:
-            raise GridError(f"{grid.path}: no cell to run: {'; '.join(missing)}")
-        return
-    for root, download in sorted({(c.cfg.dataset.data_root, c.cfg.dataset.download) for c in grid.cells}, key=str):
-        try:
-            folder = resolve_data_root(root, "grid")
-        except DataMissingError as e:
-            raise GridError(f"{grid.path}: {e}") from None
-        if not download and not folder.is_dir():
-            source = "dataset.data_root" if root else "MEBENCH_DATA_ROOT"
-            raise GridError(f"{grid.path}: data root {folder} ({source}) is not a folder: {HINTS['grid'][0]}, "
-                            "to the folder holding the datasets (torchvision layout)")
 
 
 def expand_zoos(victims: Sequence[Any], rootdir: Path) -> tuple[Any, ...]:

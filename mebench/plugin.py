@@ -106,8 +106,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """After ``-k``/``-m``: print the selected cells' cost; refuse a large grid unless asked for."""
+    """After ``-k``/``-m``: print the selected cells' cost; refuse a large grid unless asked for;
+    refuse, in one line, a selection whose datasets are not in the data root."""
     bench_session(session.config).check_cost(session.items)
+    from mebench.grid import GridError
+    from mebench.grid_inputs import check_datasets
+    from mebench.session import _cell_of
+
+    try:
+        check_datasets([c for c in map(_cell_of, session.items) if c is not None])
+    except GridError as e:
+        raise pytest.UsageError(f"mebench grid: {e}") from None
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
