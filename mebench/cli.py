@@ -4,6 +4,9 @@ Config mistakes exit with status 2 and one line ``mebench: config error: ...``
 before any data is read or any run folder is created; other failures exit 1
 with one line naming the error (the seed's ``summary.json`` records it too).
 Without ``--threads`` the torch thread count comes from ``default_threads``.
+
+No option may be abbreviated (``--budget`` is not ``--budgets``; ``StrictParser``), and this
+module imports no torch: a config mistake is answered before any heavy module is loaded.
 """
 
 from __future__ import annotations
@@ -22,10 +25,23 @@ from mebench.progress import stderr_lines
 LOG_INTERVAL_S = 60.0
 
 
+class StrictParser(argparse.ArgumentParser):
+    """An argparse parser that takes no abbreviated long option, nor do its subparsers.
+
+    With argparse's default prefix matching ``mebench run CONFIG --budget 1000`` was silently
+    read as ``--budgets`` (and the config's seeds turned a quick check into a 3-seed run).
+    ``add_subparsers`` builds every subparser with ``type(parent)``, so one class covers all.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from mebench import __version__
 
-    p = argparse.ArgumentParser(prog="mebench", description="Model extraction benchmark (contract v1.0)")
+    p = StrictParser(prog="mebench", description="Model extraction benchmark (contract v1.0)")
     p.add_argument("--version", action="version", version=f"mebench {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a config: collect queries, score Track A/B at every checkpoint")
@@ -90,13 +106,14 @@ def _set_threads(threads: "int | None") -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mebench import engine
     from mebench.validation import load_config
 
     cfg = load_config(args.config, overrides={"seeds": args.seeds, "budgets": args.budgets, "device": args.device,
                                               "data_root": args.data_root, "output_dir": args.out,
                                               "download": args.download or None,
                                               "transfer": ["fgsm", "pgd"] if args.transfer else None})
+    from mebench import engine  # torch: only once the config is known to be good
+
     threads = _set_threads(args.threads)
     print(f"run {cfg.run.name}: seeds {list(cfg.run.seeds)}, device {cfg.run.device}, {threads}", flush=True)
     bars = not args.no_progress and sys.stderr.isatty()  # in a log: a few lines per phase instead of bars
@@ -165,10 +182,14 @@ def _train_one(args: argparse.Namespace, recipe: Any, out: Optional[Path]) -> in
 
 
 def cmd_victim_export(args: argparse.Namespace) -> int:
-    from mebench.victims.formats import export_victim
+    from mebench.extras import require
 
     if not args.checkpoint.is_file():
         raise ConfigError("checkpoint", str(args.checkpoint), "not found (train one with `mebench victim train RECIPE`)")
+    if args.format == "onnx":  # torch.onnx.export imports onnx only once it has traced the model
+        require("onnx", "mebench victim export --format onnx")
+    from mebench.victims.formats import export_victim
+
     out = export_victim(args.checkpoint, args.format, args.out)
     print(f"victim {args.checkpoint} -> {out} ({args.format}; takes normalized input, returns logits)")
     return 0
@@ -240,6 +261,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except MebenchError as e:
         print(f"mebench: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+        return 1
+    except ImportError as e:  # a package of an optional extra, imported deep inside a library
+        from mebench.extras import extra_of, missing_message
+
+        package = extra_of(e)
+        if package is None:
+            raise
+        print(f"mebench: error: {missing_message(package, f'mebench {argv[0]}')}", file=sys.stderr)
         return 1
     except OSError as e:  # the file system refused (permissions, disk full): not a mebench bug
         print(f"mebench: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)

@@ -21,7 +21,7 @@ import yaml
 from mebench import builder
 from mebench.errors import ConfigError
 from mebench.serial import config_hash, jsonable
-from mebench.training.loop import OptimizerSpec
+from mebench.training.spec import OptimizerSpec
 from mebench.types import OUTPUT_MODES
 
 

@@ -211,6 +211,9 @@ def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
             _add_attack_cells(grid, attack, rootdir, tuple(seeds or spec.seeds), _budgets(spec, budgets, smoke_only))
     except (ConfigError, yaml.YAMLError) as e:
         raise GridError(f"{path}: {e}") from None
+    from mebench.grid_inputs import check_inputs
+
+    check_inputs(grid)
     dup = _duplicate_ids(grid.cells)
     if dup:
         raise GridError(f"{path}: duplicate cell ids {dup}: give each attack variant its own label")

@@ -106,8 +106,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """After ``-k``/``-m``: print the selected cells' cost; refuse a large grid unless asked for."""
+    """After ``-k``/``-m``: print the selected cells' cost; refuse a large grid unless asked for;
+    refuse, in one line, a selection whose datasets are not in the data root."""
     bench_session(session.config).check_cost(session.items)
+    from mebench.grid import GridError
+    from mebench.grid_inputs import check_datasets
+    from mebench.session import _cell_of
+
+    try:
+        check_datasets([c for c in map(_cell_of, session.items) if c is not None])
+    except GridError as e:
+        raise pytest.UsageError(f"mebench grid: {e}") from None
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
@@ -154,10 +163,10 @@ def _check_ray(config: pytest.Config) -> None:
     """``--ray`` needs Ray and replaces xdist's loop, so it cannot be combined with ``-n``."""
     if getattr(config.option, "numprocesses", None):
         raise pytest.UsageError("--ray runs every cell as a Ray task; it cannot be combined with -n (xdist)")
-    import importlib.util
+    from mebench.extras import is_installed, missing_message
 
-    if importlib.util.find_spec("ray") is None:
-        raise pytest.UsageError("--ray needs Ray: pip install 'mebench[ray]'")
+    if not is_installed("ray"):
+        raise pytest.UsageError(missing_message("ray", "--ray"))
 
 
 class _ResultListener:

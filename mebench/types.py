@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
-import torch
+if TYPE_CHECKING:  # annotations only: the mode names below are read by config checks that import no torch
+    import torch
 
 from mebench.metricspec import OUTPUT_MODES  # noqa: F401  (defined torch-free, for the report)
 

@@ -4,6 +4,14 @@
 ``validate``; each broken rule is one ``ConfigError`` naming the key, the value
 and the rule. The rules read the registries (attacks, models, datasets), which
 is why they are apart from the config types in ``mebench.config``.
+
+Importing this module imports no torch. ``load_config`` checks in the order of what each
+check costs: the rules that need no registry (``STATIC_RULES``: seeds, budgets, output
+modes, temperature; the dataset profiles are torch-free) and the existence of the files,
+then the rules that import the attack, defense and model registries (``REGISTRY_RULES``,
+which import torch), then the victim file's contents. So the commonest mistakes (a
+``--budgets`` typo, an untrained victim, a missing data folder) are answered in a fraction
+of a second.
 """
 
 from __future__ import annotations
@@ -14,16 +22,12 @@ from typing import Any, Mapping, Optional
 
 from mebench.config import (RunConfig, describe_places, apply_overrides, build_dataclass, parse_config,
                             read_yaml_file, resolve_paths)
-from mebench.attacks import ATTACKS
 from mebench.data.profiles import PROFILES
-from mebench.defenses import DEFENSES
 from mebench.errors import ConfigError, VictimLoadError
-from mebench.models.registry import MODELS
 from mebench.registry import unknown_name_message
-from mebench.training.loop import OPTIMIZER_NAMES
+from mebench.training.spec import OPTIMIZER_NAMES
 from mebench.naming import LABEL_RE
 from mebench.types import DATA_MODES, OUTPUT_MODES
-from mebench.victims.formats import FORMATS, LAYOUTS, OUTPUTS, check_victim
 
 
 def load_config(path: str | Path, overrides: Optional[Mapping[str, Any]] = None,
@@ -39,9 +43,15 @@ def load_config(path: str | Path, overrides: Optional[Mapping[str, Any]] = None,
     cfg = resolve_paths(parse_config(raw), path.parent)
     if overrides:
         cfg = apply_overrides(cfg, **overrides)
-    validate(cfg, check_files=False)
+    from_file = not (overrides and overrides.get("data_root"))
+    for rule in STATIC_RULES:  # torch-free: answered before any heavy import
+        rule(cfg)
     if check_files:
-        check_paths(cfg, path.parent, data_root_from_file=not (overrides and overrides.get("data_root")))
+        check_files_exist(cfg, path.parent, data_root_from_file=from_file)
+    for rule in REGISTRY_RULES:
+        rule(cfg)
+    if check_files:
+        check_victim_loads(cfg)
     return cfg
 
 
@@ -52,7 +62,12 @@ def check_paths(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_fro
     place a relative path was looked for. The checkpoint is read once per file
     version (see ``mebench.victims.load.check_victim_checkpoint``).
     """
+    check_files_exist(cfg, config_dir, data_root_from_file)
+    check_victim_loads(cfg)
 
+
+def check_files_exist(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_from_file: bool = True) -> None:
+    """The victim file and a configured data folder exist (torch-free; ``check_paths``'s first half)."""
     ref = cfg.victim.checkpoint_ref
     if cfg.victim.format != "callable" and not Path(ref).is_file():
         what = "is a folder, not a checkpoint file" if Path(ref).is_dir() else f"not found {describe_places(ref, config_dir)}"
@@ -63,6 +78,13 @@ def check_paths(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_fro
         tried = describe_places(root, config_dir if data_root_from_file else None)
         raise ConfigError("dataset.data_root", root, f"data folder not found {tried} "
                           "(or set dataset.download: true / pass --download to fetch the dataset there)")
+
+
+def check_victim_loads(cfg: RunConfig) -> None:
+    """The victim file loads and answers a probe batch (``check_paths``'s second half; imports torch)."""
+    from mebench.victims.formats import check_victim
+
+    ref = cfg.victim.checkpoint_ref
     try:
         check_victim(cfg.victim, PROFILES.get(cfg.dataset.name).num_classes)
     except VictimLoadError as e:
@@ -81,9 +103,7 @@ def validate(cfg: RunConfig, check_files: bool = True) -> None:
     Loads no data; with ``check_files`` the victim checkpoint is read (weights
     only) so a wrong or damaged file fails here, see ``check_paths``.
     """
-    for rule in (_check_run, _check_budget, _check_output_modes, _check_temperature,
-                 _check_attack, _check_dataset, _check_victim, _check_track_a, _check_cache, _check_defense,
-                 _check_metrics):
+    for rule in STATIC_RULES + REGISTRY_RULES:
         rule(cfg)
     if check_files:
         check_paths(cfg)
@@ -160,6 +180,7 @@ def _check_temperature(cfg: RunConfig) -> None:
 
 
 def _check_attack(cfg: RunConfig) -> None:
+    from mebench.attacks import ATTACKS
 
     a = cfg.attack
     if a.name not in ATTACKS:
@@ -187,6 +208,7 @@ def _check_attack(cfg: RunConfig) -> None:
 
 def attack_params(cfg: RunConfig) -> Any:
     """The attack's parsed ``Params`` object (raises ConfigError on unknown keys or bad types)."""
+    from mebench.attacks import ATTACKS
 
     cls = ATTACKS.get(cfg.attack.name)
     return build_dataclass(cls.Params, cfg.attack.params, "attack.params")
@@ -239,6 +261,8 @@ def pool_size(cfg: RunConfig) -> Optional[int]:
 
 def pool_need(cfg: RunConfig, budget: int) -> int:
     """Distinct pool images the attack needs to reach ``budget`` (its ``required_pool_size``)."""
+    from mebench.attacks import ATTACKS
+
     return ATTACKS.get(cfg.attack.name).required_pool_size(attack_params(cfg), budget)
 
 
@@ -249,6 +273,8 @@ def pool_supplies(cfg: RunConfig, budget: int) -> bool:
 
 
 def _check_victim(cfg: RunConfig) -> None:
+    from mebench.models.registry import MODELS
+    from mebench.victims.formats import FORMATS, LAYOUTS, OUTPUTS
 
     v, prof = cfg.victim, PROFILES.get(cfg.dataset.name)
     if not v.inference.eval:
@@ -287,7 +313,6 @@ def _check_victim(cfg: RunConfig) -> None:
 
 
 def _check_track_a(cfg: RunConfig) -> None:
-
     prof, t, o = PROFILES.get(cfg.dataset.name), cfg.substitute.trackA, cfg.substitute.optimizer
     if t.batch_size != prof.track_a_batch_size:
         raise ConfigError("substitute.trackA.batch_size", t.batch_size,
@@ -319,10 +344,14 @@ def _check_cache(cfg: RunConfig) -> None:
 
 def defense_params(cfg: RunConfig) -> Any:
     """The defense's parsed ``Params`` object (raises ConfigError on unknown keys or bad types)."""
+    from mebench.defenses import DEFENSES
+
     return build_dataclass(DEFENSES.get(cfg.defense.name).Params, cfg.defense.params, "defense.params")
 
 
 def _check_defense(cfg: RunConfig) -> None:
+    from mebench.defenses import DEFENSES
+
     d = cfg.defense
     if d.name not in DEFENSES:
         raise ConfigError("defense.name", d.name, unknown_name_message("defense", d.name, DEFENSES.names()))
@@ -354,3 +383,10 @@ def _check_metrics(cfg: RunConfig) -> None:
         if m.benign_dataset not in surrogates:
             raise ConfigError("metrics.benign_dataset", m.benign_dataset,
                               f"a benign client's dataset has the victim's input shape: one of {list(surrogates)}")
+
+
+#: The rules that need no registry and no torch, checked first (``load_config``).
+STATIC_RULES = (_check_run, _check_budget, _check_output_modes, _check_temperature)
+#: The rules that read the attack, defense and model registries (importing them imports torch).
+REGISTRY_RULES = (_check_attack, _check_dataset, _check_victim, _check_track_a, _check_cache, _check_defense,
+                  _check_metrics)

@@ -8,9 +8,33 @@ CIFAR10. Files are listed in torchvision's on-disk layout under the data root.
 
 from __future__ import annotations
 
-from mebench.data.datasets import (read_cifar10, read_gtsrb, read_sewerml, read_svhn,
-                                   torchvision_mnist_like)
-from mebench.data.profiles import DatasetProfile, register_dataset
+from pathlib import Path
+from typing import Any
+
+from mebench.data.profiles import DatasetProfile, Reader, Split, register_dataset
+
+
+def _lazy(reader: str, *factory_args: Any, **factory_kwargs: Any) -> Reader:
+    """The reader ``mebench.data.datasets.<reader>`` (with arguments: the reader that factory makes),
+    imported on its first call: registering the built-in profiles, which every config check reads,
+    then imports neither torch nor torchvision."""
+
+    def read(root: Path, train: bool, download: bool) -> Split:
+        from mebench.data import datasets
+
+        target = getattr(datasets, reader)
+        return (target(*factory_args, **factory_kwargs) if factory_args else target)(root, train, download)
+
+    return read
+
+
+read_cifar10, read_gtsrb, read_sewerml, read_svhn = (_lazy(n) for n in ("read_cifar10", "read_gtsrb",
+                                                                        "read_sewerml", "read_svhn"))
+
+
+def torchvision_mnist_like(cls_name: str, **kw: Any) -> Reader:
+    return _lazy("torchvision_mnist_like", cls_name, **kw)
+
 
 _MNIST_NORM = ((0.1307,), (0.3081,))
 #: Mean and std of the FashionMNIST train split's pixels in [0, 1].

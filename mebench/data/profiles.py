@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
-
-import torch
+from typing import TYPE_CHECKING, Callable, Optional
 
 from mebench.registry import Registry
 
-Split = tuple[torch.Tensor, torch.Tensor]
+if TYPE_CHECKING:  # annotations only: profiles are read by config checks that import no torch
+    import torch
+
+Split = tuple["torch.Tensor", "torch.Tensor"]
 #: ``reader(root, train, download) -> (uint8 images [N, C, H, W], int64 labels [N])``.
 Reader = Callable[[Path, bool, bool], Split]
 

@@ -9,29 +9,15 @@ drawn from an explicit ``torch.Generator`` so the order is reproducible.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 import torch
 from torch import nn
 
 from mebench.errors import DivergenceError
+from mebench.training.spec import OPTIMIZER_NAMES, OptimizerSpec  # noqa: F401  (defined torch-free; re-exported)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """Optimizer and its hyperparameters (``substitute.optimizer`` in the config)."""
-
-    name: str = "sgd"
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    nesterov: bool = False
-
-
-OPTIMIZER_NAMES = ("sgd", "adam", "adamw")
 
 
 def make_optimizer(params, spec: OptimizerSpec) -> torch.optim.Optimizer:

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from mebench.errors import ConfigError, VictimLoadError
+from mebench.extras import missing_message
 from mebench.models.registry import Normalized
 
 FORMATS = ("mebench", "torchscript", "onnx", "callable")
@@ -69,7 +70,7 @@ class OnnxVictim(nn.Module):
         try:
             import onnxruntime as ort
         except ImportError:
-            raise ConfigError("victim.format", "onnx", "needs onnxruntime: pip install 'mebench[onnx]'") from None
+            raise ConfigError("victim.format", "onnx", missing_message("onnxruntime", "an ONNX victim")) from None
         try:
             self.session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         except Exception as e:  # onnxruntime raises its own error types for a file that is not ONNX
@@ -194,7 +195,7 @@ def probe(model: nn.Module, v: Any, num_classes: int) -> None:
         raise
     except Exception as e:
         raise VictimLoadError(ref, f"fails on input shape {list(shape)}: {type(e).__name__}: "
-                                   f"{str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")) from None
+                                   f"{failure_cause(e)}".rstrip(": ")) from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (PROBE_BATCH, num_classes):
         got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise VictimLoadError(ref, f"returns outputs of shape {got} for input {list(shape)}; "
@@ -207,6 +208,16 @@ def probe(model: nn.Module, v: Any, num_classes: int) -> None:
             raise VictimLoadError(ref, f"returns probabilities that are negative or do not sum to 1 (row sums "
                                        f"{float(sums.min()):.4g}..{float(sums.max()):.4g}); "
                                        "set victim.outputs: logits if it returns logits")
+
+
+def failure_cause(error: BaseException) -> str:
+    """An exception's whole message on one line; a TorchScript interpreter error keeps its headline and
+    the error that ended it (its last line, e.g. ``RuntimeError: mat1 and mat2 shapes cannot be multiplied``),
+    not the serialized-code traceback between them, whose first line alone names no cause."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    if len(lines) > 1 and any(ln.startswith("Traceback of TorchScript") for ln in lines):
+        lines = [lines[0], lines[-1]]
+    return " ".join(lines)
 
 
 @lru_cache(maxsize=16)

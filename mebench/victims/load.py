@@ -78,16 +78,42 @@ def read_checkpoint(path: Path) -> Any:
             raise VictimLoadError(path, _why_unloadable(path, e)) from None
 
 
+#: torch's weights-only loader refusing a global it does not allow (torch 2.4-2.15 wording) ...
+_UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+#: ... and one from a module it blocks outright (``os``/``posix``, ``subprocess``, ``sys``; torch 2.5-2.15
+#: wording "Trying to load unsupported GLOBAL posix.system whose module posix is blocked.").
+_BLOCKED_GLOBAL = re.compile(r"unsupported GLOBAL ([\w.]+) whose module ([\w.]+) is blocked")
+
+
 def _why_unloadable(path: Path, error: Exception) -> str:
-    pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
+    """What a file torch could not load holds, in words; a refusal by the weights-only loader is
+    never called damage (the file may be whole, and may have been built to run code when loaded)."""
+    text = str(error)
+    blocked = _BLOCKED_GLOBAL.search(text)
+    if blocked:
+        return (f"refers to {blocked.group(1)}, a global from a module the weights-only loader forbids "
+                f"({blocked.group(2)}): a pickle that would run code when loaded, not weights; it was not loaded. "
+                f"Use a checkpoint from a source you trust, or {_TRAIN_BUILD}")
+    pickled = _UNSUPPORTED_GLOBAL.search(text)
     if pickled:
         return (f"holds a pickled Python object ({pickled.group(1)}), e.g. a whole model saved with "
                 "torch.save(model); mebench loads weights only: save model.state_dict() and set victim.arch, "
                 f"or {_TRAIN_BUILD}")
+    if "Weights only load failed" in text:  # another refusal by the weights-only unpickler
+        return (f"holds something the weights-only loader refuses ({_refusal_detail(text)}); mebench loads "
+                f"tensors and plain containers only: save model.state_dict() and set victim.arch, or {_TRAIN_BUILD}")
     with open(path, "rb") as f:
         zipped = f.read(4) == b"PK\x03\x04"
     what = "a truncated or corrupt torch archive" if zipped else "not a file written by torch.save"
     return f"is not a mebench victim checkpoint or is damaged ({what}); re-copy it or {_TRAIN_BUILD}"
+
+
+def _refusal_detail(text: str) -> str:
+    """The weights-only unpickler's own reason, without torch's advice around it."""
+    found = re.search(r"WeightsUnpickler error: ([^\n]+)", text)
+    lines = [found.group(1)] if found else [ln.strip() for ln in text.splitlines()[1:]
+                                             if ln.strip() and not ln.strip().startswith("Check the documentation")]
+    return (lines[0] if lines else "no reason given").split(" Please use")[0].rstrip(".")
 
 
 def victim_weights(victim_cfg: Any, num_classes: int) -> tuple[str, Mapping[str, torch.Tensor], bool]:

@@ -1,0 +1,24 @@
+"""The optimizer's config section (``substitute.optimizer``), apart from the training loop.
+
+The run config's types (``mebench.config``) hold an ``OptimizerSpec``; keeping it in this
+torch-free module lets a config be read and checked, and its mistakes reported, before torch
+is imported (``mebench.training.loop`` re-exports both names and builds the optimizer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """Optimizer and its hyperparameters (``substitute.optimizer`` in the config)."""
+
+    name: str = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    nesterov: bool = False
+
+
+OPTIMIZER_NAMES = ("sgd", "adam", "adamw")
