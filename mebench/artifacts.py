@@ -106,6 +106,12 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
     return make_stamp_dir(Path(output_dir) / run_name)
 
 
+def latest_run_dir(output_dir: str | Path, run_name: str) -> "Path | None":
+    """The latest ``<output_dir>/<run_name>/<stamp>`` folder (stamps sort by time), if any."""
+    found = sorted(p for p in (Path(output_dir) / run_name).glob("*T*Z*") if p.is_dir())
+    return found[-1] if found else None
+
+
 #: The one schema of every aggregate.csv (run folders, grid reports, ``mebench report``).
 AGGREGATE_KEYS: tuple[str, ...] = ("dataset", *IDENTITY_COLUMNS, "checkpoint_B", "track", "metric")
 AGGREGATE_COLUMNS: tuple[str, ...] = (*AGGREGATE_KEYS, "mean", "std", "n_seeds", "seeds")
