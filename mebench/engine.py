@@ -37,7 +37,7 @@ from mebench.defenses.utility import utility_cost
 from mebench.errors import SlowVictimWarning
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
-from mebench.identity import code_identity
+from mebench import identity
 from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner, sweep_dead_caches
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.plan import RunPlan, resolve
@@ -475,7 +475,7 @@ def _summary_head(cfg: RunConfig, plan: RunPlan, prep: Prepared) -> dict[str, An
     state_dependent = plan.attack.state_dependent
     head: dict[str, Any] = {
         "status": "running", "seed": plan.seed, "run_name": cfg.run.name, "config_hash": cfg.config_hash(),
-        "plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": code_identity(),
+        "plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": identity.code_identity(),
         "config": cfg.to_dict(),
         "attack": {**cls.describe(), "label": cfg.attack_label(), "output_mode": cfg.attack.output_mode,
                    "params": cfg.to_dict()["attack"]["params"],
@@ -560,7 +560,7 @@ def _resumed_seeds(directory: Path, plans: dict[int, RunPlan], keep_stale: bool,
     kept: dict[int, SeedResult] = {}
     for seed, plan in plans.items():
         seed_dir = directory / f"seed_{seed}"
-        verdict = resume.decide(resume.check_folder(seed_dir, plan, code_identity(), torch.get_num_threads()),
+        verdict = resume.decide(resume.check_folder(seed_dir, plan, identity.code_identity(), torch.get_num_threads()),
                                 keep_stale)
         if verdict.keep and verdict.summary is not None:
             summary = verdict.summary
