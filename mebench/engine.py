@@ -41,6 +41,7 @@ from mebench import identity
 from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner, sweep_dead_caches
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.plan import RunPlan, resolve
+from mebench.resume import resume_seeds
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.serial import config_hash
 from mebench.runinfo import git_commit, library_versions, machine_info
@@ -533,7 +534,9 @@ def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Op
     swept = sweep_dead_caches(Path(cfg.run.output_dir) / cfg.run.name, f"*/seed_*/{QUERY_CACHE_DIR}")
     if swept and tell is not None:
         tell(f"removed {len(swept)} query cache(s) a killed run left under {Path(cfg.run.output_dir) / cfg.run.name}")
-    kept = _resumed_seeds(resume, plans, keep_stale, tell) if resume is not None else {}
+    kept = {} if resume is None else {
+        seed: SeedResult(seed, rows, summary, resume / f"seed_{seed}")
+        for seed, (summary, rows) in resume_seeds(resume, plans, keep_stale, torch.get_num_threads(), tell).items()}
     prep = prepare(cfg) if len(kept) < len(plans) else None
     result = RunResult(resume if resume is not None else artifacts.new_run_dir(cfg.run.output_dir, cfg.run.name))
     for seed in cfg.run.seeds:
@@ -551,22 +554,3 @@ def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Op
     artifacts.write_aggregate_csv(result.directory / "aggregate.csv", result.aggregate)
     return result
 
-
-def _resumed_seeds(directory: Path, plans: dict[int, RunPlan], keep_stale: bool,
-                   tell: Optional[Callable[[str], None]]) -> dict[int, SeedResult]:
-    """The seeds of an earlier run folder that ``--resume`` keeps (``mebench.resume``), told one line each."""
-    from mebench import resume
-
-    kept: dict[int, SeedResult] = {}
-    for seed, plan in plans.items():
-        seed_dir = directory / f"seed_{seed}"
-        verdict = resume.decide(resume.check_folder(seed_dir, plan, identity.code_identity(), torch.get_num_threads()),
-                                keep_stale)
-        if verdict.keep and verdict.summary is not None:
-            summary = verdict.summary
-            if verdict.stale and verdict.reason:
-                summary = resume.mark_kept_stale(seed_dir, summary, verdict.reason)
-            kept[seed] = SeedResult(seed, artifacts.read_metrics_csv(seed_dir / "metrics.csv"), summary, seed_dir)
-        if tell is not None:
-            tell(f"seed {seed}: {resume.verdict_words(verdict)}")
-    return kept

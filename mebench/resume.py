@@ -15,7 +15,7 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from mebench.plan import stale_reason
 
@@ -150,3 +150,24 @@ def _metric_names() -> tuple[str, ...]:
     from mebench.metrics import METRIC_NAMES
 
     return METRIC_NAMES
+
+
+def resume_seeds(run_dir: Path, plans: dict[int, "RunPlan"], keep_stale: bool, threads: int,
+                 tell: Optional[Callable[[str], None]] = None) -> dict[int, tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """``mebench run --resume``: the seeds of an earlier run folder that are kept, each as its
+    ``summary.json`` and ``metrics.csv`` rows; ``tell`` gets one line per seed (kept, or why it runs again)."""
+    from mebench.artifacts import read_metrics_csv
+    from mebench.identity import code_identity
+
+    kept: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    for seed, plan in plans.items():
+        seed_dir = run_dir / f"seed_{seed}"
+        verdict = decide(check_folder(seed_dir, plan, code_identity(), threads), keep_stale)
+        if verdict.keep and verdict.summary is not None:
+            summary = verdict.summary
+            if verdict.stale and verdict.reason:
+                summary = mark_kept_stale(seed_dir, summary, verdict.reason)
+            kept[seed] = (summary, read_metrics_csv(seed_dir / "metrics.csv"))
+        if tell is not None:
+            tell(f"seed {seed}: {verdict_words(verdict)}")
+    return kept
