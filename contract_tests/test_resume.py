@@ -195,6 +195,19 @@ def test_each_grid_run_gets_its_own_folder(grid):
     assert sorted((grid.path / "runs" / "pytest").iterdir()) == runs
 
 
+# issue 43: the grid removes the query caches that dead runs left under runs/pytest, never a live one's.
+def test_grid_sweeps_caches_of_dead_runs(grid):
+    host, runs = socket.gethostname(), grid.path / "runs" / "pytest"
+    dead, live = (runs / stamp / "cells" / CELL / QUERY_CACHE_DIR for stamp in ("20000101T000000Z", "20000101T000001Z"))
+    for cache, pid in ((dead, _dead_pid()), (live, os.getpid())):
+        cache.mkdir(parents=True)
+        (cache / "owner").write_text(f"token {pid} {host}")
+    result = grid.runpytest("benchmarks")
+    result.assert_outcomes(passed=1)
+    assert not dead.exists() and live.exists()
+    result.stdout.fnmatch_lines([f"*removed 1 temporary query cache an interrupted run left in {runs}*"])
+
+
 def _reserve(parent: str, start, out) -> None:
     start.wait()
     out.put(str(make_stamp_dir(Path(parent))))
