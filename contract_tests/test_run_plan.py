@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _tiny_runs import CASES, tiny_metrics_digest
+from _tiny_runs import CASES, REAL_CASES, real_metrics_digest, tiny_metrics_digest
 from mebench import engine, identity
 from mebench.attacks.knockoff import KnockoffParams
 from mebench.defenses import DEFENSES
@@ -50,6 +50,30 @@ def test_metrics_csv_bytes_are_unchanged(case, tmp_path, pinned_victim):
     if not torch.__version__.startswith(PINNED_TORCH):
         pytest.skip(f"digests pinned for torch {PINNED_TORCH}x, this is {torch.__version__}")
     assert tiny_metrics_digest(tmp_path, pinned_victim, case) == PINNED[case]
+
+
+#: The same on real MNIST with victims/mnist_lenet5.pt (this file's SHA-256), from ``_tiny_runs.REAL_CASES``.
+REAL_VICTIM_SHA256 = "2bf8e1049ade69d0de1abbee7c1ba91fe34e2b9e180cf8e82ee12e957b7fe353"
+REAL_PINNED = {
+    "random": "e71c390bee37da1164b4fcfcba5d79b6862621a8546b3e3acd5a54a29ca261b1",
+    "dfme": "f81654a949179408f04ed3d287677391f6e082a43c5c26ded108ecad1d9b8155",
+    "knockoff_fast": "a5d93814c502207198895bbb89bc5320db2b4ac6eb270286e151741ba1ac02de",
+    "activethief_kcenter_fast": "15125f439c2765f76143d0a51fb202ba591ed44c4f0cc4d06ac15f439303fac4",
+    "random_defended": "ac8ab1812dccbbd274e5d3171555a1d807574757791298067171ebd082cd6bd2",
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# contract 16.2 / issue 35: the same five runs on real MNIST (about 30 s each on one thread).
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(REAL_CASES))
+def test_real_data_metrics_csv_bytes_are_unchanged(case, tmp_path, data_root):
+    victim = ROOT / "victims" / "mnist_lenet5.pt"
+    if not victim.is_file() or hashlib.sha256(victim.read_bytes()).hexdigest() != REAL_VICTIM_SHA256:
+        pytest.skip("digests pinned for the victims/mnist_lenet5.pt trained on the project machine")
+    if not torch.__version__.startswith(PINNED_TORCH):
+        pytest.skip(f"digests pinned for torch {PINNED_TORCH}x, this is {torch.__version__}")
+    assert real_metrics_digest(tmp_path, ROOT, case, data_root) == REAL_PINNED[case]
 
 
 # issue 35: summary.json holds the plan with every attack and defense parameter that ran, defaults
