@@ -323,7 +323,7 @@ def test_run_download_sets_dataset_download(synth_cfg_dict, tmp_path, monkeypatc
     from mebench import engine
 
     seen = []
-    monkeypatch.setattr(engine, "run", lambda cfg, progress, say=None: seen.append(cfg) or SimpleNamespace(
+    monkeypatch.setattr(engine, "run", lambda cfg, progress, say=None, **_: seen.append(cfg) or SimpleNamespace(
         directory=tmp_path, aggregate=[]))
     argv = _run_argv(tmp_path, synth_cfg_dict) + ["--threads", "1"]
     assert cli.main(argv) == 0 and cli.main(argv + ["--download"]) == 0
@@ -350,7 +350,7 @@ def test_run_prints_and_uses_the_thread_count(flag, synth_cfg_dict, tmp_path, mo
 
     monkeypatch.setattr(threads, "default_threads", lambda: 3)
     used = []
-    monkeypatch.setattr(engine, "run", lambda cfg, progress, say=None: used.append(torch.get_num_threads()) or SimpleNamespace(
+    monkeypatch.setattr(engine, "run", lambda cfg, progress, say=None, **_: used.append(torch.get_num_threads()) or SimpleNamespace(
         directory=tmp_path, aggregate=[]))
     argv = _run_argv(tmp_path, synth_cfg_dict) + (["--threads", flag] if flag else [])
     assert cli.main(argv) == 0

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mebench.session import BenchOptions, device_for_worker
+from mebench.report.paths import resolve_stored
 
 pytest_plugins = ["pytester"]
 
@@ -81,7 +82,13 @@ def collected_ids(result: pytest.RunResult) -> set[str]:
 
 
 def cells_by_id(path: Path) -> dict[str, dict]:
-    return {c["id"]: c for c in json.loads(path.read_text())["cells"]}
+    """The report's cells by id, each ``artifacts_dir`` resolved from report.json's folder (it is stored relative)."""
+    cells = {c["id"]: c for c in json.loads(path.read_text())["cells"]}
+    for c in cells.values():
+        if c.get("artifacts_dir"):
+            assert not Path(c["artifacts_dir"]).is_absolute()  # issue 43: report.json survives moving runs/
+            c["artifacts_dir"] = str(resolve_stored(c["artifacts_dir"], path))
+    return cells
 
 
 # contract 6.1: forbidden attack x data mode / output mode cells are never generated; ids are readable
@@ -508,7 +515,8 @@ def test_a_killed_worker_s_query_cache_is_removed_by_its_controller(bench: pytes
     other.mkdir(parents=True)
     (other / "owner").write_text("another run's token")
     cmd = [sys.executable, "-m", "pytest", "benchmarks", "-k", "dfme and s0", "-n", "1", "-p", "no:benchmark",
-           "--budgets", "1000000", "--mebench-allow-large", "--mebench-cells", "cells"]  # one long cell
+           "--budgets", "1000000", "--mebench-allow-large", "--mebench-cells", "cells",
+           "--overwrite"]  # one long cell; the folder already holds another run's cell
     proc = subprocess.Popen(cmd, cwd=bench.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     cache = bench.path / "cells" / "synth-mlp-dfme-data_free-soft_prob-s0" / ".query_cache"
@@ -542,5 +550,5 @@ def test_resume_removes_query_caches_a_killed_run_left(bench: pytest.Pytester) -
     assert not stale.exists()
     fresh = stale.parent / ".query_cache"  # a cell this run does not select
     fresh.mkdir()
-    bench.runpytest(*args).assert_outcomes(passed=1)  # without --resume nothing is swept
+    bench.runpytest(*args, "--overwrite").assert_outcomes(passed=1)  # without --resume an unmarked cache stays
     assert fresh.exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from mebench.metricspec import METRIC_NAMES
-from mebench.naming import unused_stamp_dir
+from mebench.naming import make_stamp_dir
 from mebench.serial import jsonable
 
 if TYPE_CHECKING:  # torch-free at import: the report reads the schema below without torch
@@ -92,11 +92,26 @@ def _fmt(v: Any) -> Any:
     return repr(v) if isinstance(v, float) else v
 
 
+def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
+    """The rows of a whole metrics.csv as the engine made them: ``seed`` and ``checkpoint_B`` integers,
+    each metric a float (``None`` for an empty cell), the identity columns strings."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    ints, floats = ("seed", "checkpoint_B"), set(METRIC_NAMES)
+    return [{k: (int(v) if k in ints else (None if v == "" else float(v)) if k in floats else v)
+             for k, v in r.items()} for r in rows]
+
+
 def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
-    """``<output_dir>/<run_name>/<UTC timestamp>`` (a suffix keeps it unique), created."""
-    path = unused_stamp_dir(Path(output_dir) / run_name)
-    path.mkdir(parents=True)
-    return path
+    """``<output_dir>/<run_name>/<UTC timestamp>``, created exclusively (a suffix on a clash), so two
+    runs started in the same second never share one (``naming.make_stamp_dir``)."""
+    return make_stamp_dir(Path(output_dir) / run_name)
+
+
+def latest_run_dir(output_dir: str | Path, run_name: str) -> "Path | None":
+    """The latest ``<output_dir>/<run_name>/<stamp>`` folder (stamps sort by time), if any."""
+    found = sorted(p for p in (Path(output_dir) / run_name).glob("*T*Z*") if p.is_dir())
+    return found[-1] if found else None
 
 
 #: The one schema of every aggregate.csv (run folders, grid reports, ``mebench report``).

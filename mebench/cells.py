@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 RECORD_KEY = "mebench_cell"
 CELL_ID_KEY = "mebench_cell_id"
+#: user property of a cell that ``--resume`` runs again: the one-line reason (copied into its record)
+RERUN_KEY = "mebench_rerun_reason"
 
 _MOD = (1 << 61) - 1
 
@@ -136,15 +138,22 @@ class CellRecorder:
 
     def write(self, result: Optional["SeedResult"], status: str, problems: Sequence[str] = (),
               error: Optional[str] = None) -> dict[str, Any]:
+        import torch
+
         from mebench import artifacts
+        from mebench.identity import code_identity
+        from mebench.plan import identity_hash
 
         summary = result.summary if result is not None else read_json(self.artifacts_dir / "summary.json")
         c = self.cell
+        plan_hash, code, threads = c.plan.hash, code_identity(), torch.get_num_threads()
+        props = dict(self.item.user_properties) if self.item is not None else {}
         record = {
             "id": c.id, "nodeid": self.item.nodeid if self.item is not None else None, "status": status, "problems": list(problems), "error": error,
             "attack": c.attack, "label": c.label, "defense": c.defense, "data_mode": c.data_mode,
             "output_mode": c.output_mode,
-            "seed": c.seed, "cell_hash": c.hash, "budgets": list(self.run_config.budget.checkpoints),
+            "seed": c.seed, "cell_hash": identity_hash(plan_hash, code, threads), "plan_hash": plan_hash,
+            "code_identity": code, "threads": threads, "rerun_reason": props.get(RERUN_KEY), "budgets": list(self.run_config.budget.checkpoints),
             "budgets_dropped": list(c.dropped_budgets), "config": self.run_config.to_dict(),
             "metrics_rows": list(result.rows) if result is not None else list(summary.get("results", [])),
             "summary": summary, "artifacts_dir": str(self.artifacts_dir),

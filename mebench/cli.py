@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "scored on the victim; transfer.csv), as metrics.transfer: [fgsm, pgd]")
     r.add_argument("--no-progress", action="store_true",
                    help="no progress output (default: bars on a terminal, a line per phase and minute in a log)")
+    r.add_argument("--resume", nargs="?", const="latest", metavar="RUN_DIR",
+                   help="continue the latest run folder of this config (or RUN_DIR): keep each seed whose files are "
+                        "whole and whose plan, code identity and threads match, run the others again")
+    r.add_argument("--keep-stale", action="store_true",
+                   help="with --resume: also keep whole seeds whose plan, code or threads differ (marked in summary.json)")
     v = sub.add_parser("victim", help="reference victims")
     vsub = v.add_subparsers(dest="victim_command", required=True)
     t = vsub.add_parser("train", help="train a victim from a recipe in configs/victims/")
@@ -112,19 +117,39 @@ def cmd_run(args: argparse.Namespace) -> int:
                                               "data_root": args.data_root, "output_dir": args.out,
                                               "download": args.download or None,
                                               "transfer": ["fgsm", "pgd"] if args.transfer else None})
+    resume = _resume_dir(args, cfg)
     from mebench import engine  # torch: only once the config is known to be good
 
     threads = _set_threads(args.threads)
     print(f"run {cfg.run.name}: seeds {list(cfg.run.seeds)}, device {cfg.run.device}, {threads}", flush=True)
     bars = not args.no_progress and sys.stderr.isatty()  # in a log: a few lines per phase instead of bars
     say = None if args.no_progress or bars else stderr_lines(f"run {cfg.run.name}", interval=LOG_INTERVAL_S)
-    result = engine.run(cfg, progress=bars, say=say)
+    result = engine.run(cfg, progress=bars, say=say, resume=resume, keep_stale=args.keep_stale,
+                        tell=lambda line: print(f"--resume: {line}" if resume else line, flush=True))
     print(f"results: {result.directory}")
     for r in result.aggregate:
         if r["metric"] in ("agreement", "acc_gt"):
             std = f" ± {r['std']:.4f}" if r["std"] is not None else ""
             print(f"  B={r['checkpoint_B']:>8} track {r['track']} {r['metric']:<9} {r['mean']:.4f}{std} (n={r['n_seeds']})")
     return 0
+
+
+def _resume_dir(args: argparse.Namespace, cfg: Any) -> Optional[Path]:
+    """The run folder ``--resume`` continues: RUN_DIR, or the latest of ``<output_dir>/<run name>/``."""
+    if args.keep_stale and not args.resume:
+        raise ConfigError("--keep-stale", True, "keeps stale seeds of a resumed run: use it with --resume")
+    if not args.resume:
+        return None
+    if args.resume != "latest":
+        if not Path(args.resume).is_dir():
+            raise ConfigError("--resume", args.resume, "is not a run folder (runs/<name>/<stamp>/)")
+        return Path(args.resume)
+    from mebench.artifacts import latest_run_dir
+
+    found = latest_run_dir(cfg.run.output_dir, cfg.run.name)
+    if found is None:
+        print(f"--resume: no earlier run of {cfg.run.name} under {cfg.run.output_dir}: starting a new one", flush=True)
+    return found
 
 
 def cmd_victim_train(args: argparse.Namespace) -> int:

@@ -37,8 +37,11 @@ from mebench.defenses.utility import utility_cost
 from mebench.errors import SlowVictimWarning
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
-from mebench.naming import QUERY_CACHE_DIR
+from mebench import identity
+from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner, sweep_dead_caches
 from mebench.oracle import AnswerPipeline, Oracle
+from mebench.plan import RunPlan, resolve
+from mebench.resume import resume_seeds
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.serial import config_hash
 from mebench.runinfo import git_commit, library_versions, machine_info
@@ -348,7 +351,8 @@ def _ident(cfg: RunConfig) -> dict[str, str]:
             "substitute_arch": cfg.substitute.arch}
 
 
-def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool]) -> Any:
+def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool], params: Any = None) -> Any:
+    """The attack of ``cfg`` for one seed; ``params`` are its typed parameters (the plan's), parsed here if omitted."""
     cls = ATTACKS.get(cfg.attack.name)
     v = cfg.victim
     # plain values only: the closure must not reach ``prep`` (victim, test split, answers)
@@ -361,7 +365,7 @@ def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool])
     ctx = AttackContext(
         profile=prep.profile, output_mode=cfg.attack.output_mode, num_classes=prep.num_classes,
         input_shape=(v.channels, *v.input_size), device=prep.device, seed=seed,
-        generator=generator(seed, "attack"), pool=pool, params=attack_params(cfg),
+        generator=generator(seed, "attack"), pool=pool, params=attack_params(cfg) if params is None else params,
         checkpoints=tuple(cfg.budget.checkpoints), max_budget=cfg.budget.max_budget,
         make_substitute=make_substitute, data_mode=cfg.dataset.data_mode, seed_size=cfg.dataset.seed_size,
         divergence_restarts=cfg.attack.divergence_restarts)
@@ -370,15 +374,20 @@ def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool])
 
 def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress: bool = True, *,
              oracle: Optional[Oracle] = None, store: Optional[QueryStore] = None,
-             trainer: Optional[TrackATrainer] = None, say: Optional[Say] = None) -> SeedResult:
+             trainer: Optional[TrackATrainer] = None, say: Optional[Say] = None,
+             plan: Optional[RunPlan] = None) -> SeedResult:
     """One seed: collect queries, score both tracks at every checkpoint, write the artifacts.
 
+    ``plan`` is the seed's resolved plan (``mebench.plan.resolve(cfg, seed)`` when omitted): the
+    attack's typed parameters come from it and ``summary.json`` records it with its hash, the code
+    identity and, once the seed is done, ``completed_at``.
     ``oracle``, ``store`` and ``trainer`` default to fresh ones built from ``cfg``;
     the pytest harness passes its fixtures instead. ``say`` receives a few
     progress lines per phase (``mebench.progress``). The store is cleaned up
     here in every case (success, error, Ctrl-C).
     """
     seed_dir.mkdir(parents=True, exist_ok=True)
+    plan = resolve(cfg, seed) if plan is None else plan
     artifacts.atomic_write_text(seed_dir / "run_config.yaml", cfg.to_yaml())
     seed_everything(seed)
     t_start = time.perf_counter()
@@ -386,7 +395,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     scorer = CheckpointScorer(cfg, prep, seed, progress, trainer, say)
     oracle = make_oracle(cfg, prep, seed) if oracle is None else oracle
     detectors = [t for t in oracle.answers.transforms if isinstance(t, Detector)]
-    summary = _summary_head(cfg, seed, prep)
+    summary = _summary_head(cfg, plan, prep)
     if cfg.defense.name != "none":  # a fresh instance, so the measurement draws none of the oracle's randomness
         own = defense_for(cfg, prep, seed, "defense_utility")
         summary["defense"]["utility"] = utility_cost(build_answers(prep.victim, cfg.victim.temperature, own),
@@ -407,12 +416,14 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     try:
         if store is None:  # created inside the try so an interrupt right after mkdir is cleaned up too
             store = make_store(cfg, prep, seed_dir / QUERY_CACHE_DIR)
+            if store.on_disk:  # lets a later run sweep it should this process be killed (naming.sweep_dead_caches)
+                mark_cache_owner(store.directory, "run")
         summary["cache"] = {"used": store.on_disk, "policy": cfg.cache.policy,
                             "location": str(store.directory) if store.on_disk else None}
         state = EngineState(cfg.budget.max_budget, tuple(cfg.budget.checkpoints), store, prep.device)
         t0 = time.perf_counter()
         pool = build_pool(cfg, prep, seed)
-        attack = make_attack(cfg, prep, seed, pool)
+        attack = make_attack(cfg, prep, seed, pool, plan.attack.params)
         timings["prepare_seed"] = time.perf_counter() - t0
         ticker = Ticker(say, "queries", cfg.budget.max_budget, "images", interval=interval_of(say))
         with tqdm(total=cfg.budget.max_budget, desc=f"seed {seed} queries", unit="img",
@@ -428,6 +439,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
             summary["defense"]["detection"] = detection_record(cfg, prep, seed, detectors[0])
             timings["detection_benign"] = time.perf_counter() - t0
         summary["status"] = "complete"
+        summary["completed_at"] = utc_now()
     except BaseException as e:
         summary["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
         summary["error"] = f"{type(e).__name__}: {e}"
@@ -454,11 +466,17 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     return SeedResult(seed, rows, summary, seed_dir)
 
 
-def _summary_head(cfg: RunConfig, seed: int, prep: Prepared) -> dict[str, Any]:
+def utc_now() -> str:
+    """ISO-8601 UTC time to the second (``completed_at``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _summary_head(cfg: RunConfig, plan: RunPlan, prep: Prepared) -> dict[str, Any]:
     cls = ATTACKS.get(cfg.attack.name)
-    state_dependent = cls.queries_depend_on_state(attack_params(cfg))
+    state_dependent = plan.attack.state_dependent
     head: dict[str, Any] = {
-        "status": "running", "seed": seed, "run_name": cfg.run.name, "config_hash": cfg.config_hash(),
+        "status": "running", "seed": plan.seed, "run_name": cfg.run.name, "config_hash": cfg.config_hash(),
+        "plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": identity.code_identity(),
         "config": cfg.to_dict(),
         "attack": {**cls.describe(), "label": cfg.attack_label(), "output_mode": cfg.attack.output_mode,
                    "params": cfg.to_dict()["attack"]["params"],
@@ -500,22 +518,39 @@ def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:
         append_metadata(Path(cfg.run.output_dir) / METADATA_FILE, run_metadata_entry(summary, seed_dir))
 
 
-def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Optional[Say] = None) -> RunResult:
+def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Optional[Say] = None, *,
+        resume: Optional[Path] = None, keep_stale: bool = False,
+        tell: Optional[Callable[[str], None]] = None) -> RunResult:
     """Validate, then run every seed and write the seed aggregate. Nothing is created if validation fails.
 
     ``progress`` shows progress bars; ``say`` (e.g. ``mebench.progress.stderr_lines``) receives a few
-    lines per phase instead, for logs that are not a terminal.
+    lines per phase instead, for logs that are not a terminal. ``resume`` is an earlier run folder
+    of this config: a seed whose folder is whole and current (``mebench.resume``) is kept, any
+    other runs again; ``keep_stale`` keeps whole but stale ones too (marked in ``summary.json``).
+    ``tell`` receives one line per resumed seed (kept, or why it runs again).
     """
     validate(cfg, check_files=check_files)
-    prep = prepare(cfg)
-    result = RunResult(artifacts.new_run_dir(cfg.run.output_dir, cfg.run.name))
+    plans = {seed: resolve(cfg, seed) for seed in cfg.run.seeds}
+    swept = sweep_dead_caches(Path(cfg.run.output_dir) / cfg.run.name, f"*/seed_*/{QUERY_CACHE_DIR}")
+    if swept and tell is not None:
+        tell(f"removed {len(swept)} query cache(s) a killed run left under {Path(cfg.run.output_dir) / cfg.run.name}")
+    kept = {} if resume is None else {
+        seed: SeedResult(seed, rows, summary, resume / f"seed_{seed}")
+        for seed, (summary, rows) in resume_seeds(resume, plans, keep_stale, torch.get_num_threads(), tell).items()}
+    prep = prepare(cfg) if len(kept) < len(plans) else None
+    result = RunResult(resume if resume is not None else artifacts.new_run_dir(cfg.run.output_dir, cfg.run.name))
     for seed in cfg.run.seeds:
         seed_dir = result.directory / f"seed_{seed}"
+        if seed in kept:
+            result.seeds.append(kept[seed])
+            continue
         try:
-            result.seeds.append(run_seed(cfg, seed, prep, seed_dir, progress, say=prefixed(say, f"seed {seed}")))
+            result.seeds.append(run_seed(cfg, seed, prep, seed_dir, progress, say=prefixed(say, f"seed {seed}"),
+                                         plan=plans[seed]))
         finally:
             record_run_metadata(cfg, seed_dir)
     all_rows = [r for s in result.seeds for r in s.rows]
     result.aggregate = artifacts.aggregate_rows(all_rows, dataset=cfg.dataset.name)
     artifacts.write_aggregate_csv(result.directory / "aggregate.csv", result.aggregate)
     return result
+

@@ -24,6 +24,7 @@ import importlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -33,6 +34,7 @@ from mebench.naming import LABEL_RE
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
+    from mebench.plan import RunPlan
 
 CONTRACT_BUDGETS = (1000, 10000, 100000, 1000000)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(-[A-Za-z0-9_.]+)*$")
@@ -126,10 +128,21 @@ class Cell:
         d = self.cfg.dataset
         return "|".join((self.cfg.victim.victim_id, d.name, d.data_mode, d.surrogate_name or "-", self.output_mode))
 
+    @cached_property
+    def plan(self) -> "RunPlan":
+        """The cell's resolved plan (``mebench.plan``): what it runs, every default filled in."""
+        from mebench.plan import resolve
+
+        return resolve(self.cfg, self.seed)
+
     @property
     def hash(self) -> str:
-        """Identity of the cell's work, independent of the device it ran on (used by ``--resume``)."""
-        return self.cfg.config_hash(ignore_run_keys=("device", "output_dir"))
+        """The plan's hash with the code identity, independent of the device; a record's ``cell_hash``
+        adds the torch thread count it ran with (``mebench.plan.identity_hash``)."""
+        from mebench.identity import code_identity
+        from mebench.plan import identity_hash
+
+        return identity_hash(self.plan.hash, code_identity(), None)
 
 
 @dataclass

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import socket
 from datetime import datetime, timezone
 from pathlib import Path
 
 #: The temporary query store's folder inside a seed or cell folder (§11.2: removed when the run ends).
 QUERY_CACHE_DIR = ".query_cache"
-QUERY_CACHE_OWNER = "owner"  # inside the cache: the token of the pytest run whose cell made it
+QUERY_CACHE_OWNER = "owner"  # inside the cache: "<token> <pid> <host>" of the run (and process) that made it
 
 #: Attack labels, victim keys and defense labels: letters, digits and '_' ('-' separates cell id parts).
 LABEL_RE = re.compile(r"^[A-Za-z0-9_]+$")
@@ -22,3 +25,65 @@ def unused_stamp_dir(parent: Path) -> Path:
         path = parent / f"{stamp}-{i}"
         i += 1
     return path
+
+
+def make_stamp_dir(parent: Path) -> Path:
+    """Create and return ``<parent>/<UTC timestamp>`` exclusively (``-1``, ``-2`` ... on a clash).
+
+    ``mkdir(exist_ok=False)`` is atomic, so two runs started in the same second (threads or
+    processes) never get one folder: the loser of the race takes the next suffix.
+    """
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    parent.mkdir(parents=True, exist_ok=True)
+    for i in range(10_000):
+        path = parent / (stamp if i == 0 else f"{stamp}-{i}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{parent}: no free folder name for stamp {stamp}")
+
+
+def mark_cache_owner(cache_dir: Path, token: str) -> None:
+    """Write ``<token> <pid> <host>`` into a query cache, so a later run can tell a dead run's cache."""
+    (cache_dir / QUERY_CACHE_OWNER).write_text(f"{token} {os.getpid()} {socket.gethostname()}")
+
+
+def cache_owner_token(cache_dir: Path) -> str | None:
+    """The token of the run that made a query cache (``None`` when unmarked or unreadable)."""
+    try:
+        fields = (cache_dir / QUERY_CACHE_OWNER).read_text().split()
+    except OSError:
+        return None
+    return fields[0] if fields else None
+
+
+def cache_owner_dead(cache_dir: Path) -> bool:
+    """Whether the process that made a query cache is gone: same host, and its pid no longer exists.
+
+    Unknown owners (an older mark without a pid, another host, an unreadable file) count as alive:
+    a live run's cache is never removed on a guess.
+    """
+    try:
+        fields = (cache_dir / QUERY_CACHE_OWNER).read_text().split()
+    except OSError:
+        return False
+    if len(fields) != 3 or fields[2] != socket.gethostname() or not fields[1].isdigit():
+        return False
+    try:
+        os.kill(int(fields[1]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists but belongs to another user
+        return False
+    return False
+
+
+def sweep_dead_caches(root: Path, pattern: str) -> list[Path]:
+    """Remove the query caches under ``root`` matching ``pattern`` (a glob ending in the cache folder)
+    whose owner process is dead (``cache_owner_dead``); returns them, sorted."""
+    dead = sorted(p for p in root.glob(pattern) if p.is_dir() and cache_owner_dead(p))
+    for path in dead:
+        shutil.rmtree(path, ignore_errors=True)
+    return dead

@@ -57,7 +57,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help=f"run a selection with a budget above {LARGE_MAX_BUDGET:,} or an estimated cost above "
                      f"{LARGE_CPU_HOURS:g} CPU-hours without --budgets (the full contract grid takes days on a CPU)")
     g.addoption("--resume", dest="mebench_resume", action="store_true",
-                help="skip cells whose result.json in the cells folder is complete for the current config")
+                help="keep cells whose files are whole and whose plan, code identity and threads match; "
+                     "run the others again, one line each saying why (docs/guide/resume.md)")
+    g.addoption("--keep-stale", dest="mebench_keep_stale", action="store_true",
+                help="with --resume: also keep whole cells whose plan, code or threads differ (marked in "
+                     "summary.json and the JSON report)")
+    g.addoption("--overwrite", dest="mebench_overwrite", action="store_true",
+                help="run the selected cells again in a --mebench-cells folder that already holds cells")
     g.addoption("--mebench-cells", metavar="DIR", default=None,
                 help="per-cell artifacts and result.json (default: runs/pytest/<UTC stamp>/cells under the "
                      "rootdir, a new folder per run; with --resume: the latest such folder)")

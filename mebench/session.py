@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import pytest
 import yaml
 
-from mebench.cells import CELL_ID_KEY, RECORD_KEY, read_json
+from mebench.cells import CELL_ID_KEY, RECORD_KEY, RERUN_KEY, read_json
 from mebench.grid import Cell, GridError, GridSet, load_grids
-from mebench.naming import QUERY_CACHE_DIR, QUERY_CACHE_OWNER, unused_stamp_dir
+from mebench.naming import QUERY_CACHE_DIR, cache_owner_token, make_stamp_dir, sweep_dead_caches, unused_stamp_dir
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
+    from mebench.resume import Verdict
     from mebench.engine import Prepared
     from mebench.progress import Say
 
@@ -62,15 +63,17 @@ class BenchOptions:
     """The harness's command-line options, parsed.
 
     Every grid run gets its own folder ``runs/pytest/<UTC stamp>/`` holding
-    ``cells/<cell id>/`` and ``report.json``, so a second run never overwrites
-    the first. ``--resume`` without ``--mebench-cells`` continues the latest
-    such folder. xdist workers receive the controller's folders
-    (``pytest_configure_node``), so every process writes to the same run.
+    ``cells/<cell id>/`` and ``report.json``, created exclusively when first needed
+    (``cells_dir`` ``None`` until then; ``BenchSession.cells_dir``), so two runs never share
+    one. ``--resume`` without ``--mebench-cells`` continues the latest such folder. A
+    ``--mebench-cells`` folder that already holds cells needs ``--resume`` (keep what is
+    current) or ``--overwrite`` (run the selected cells again). xdist workers receive the
+    controller's folders (``pytest_configure_node``), so every process writes to the same run.
     """
 
     config_paths: tuple[Path, ...]
     json_path: Optional[Path]
-    cells_dir: Path
+    cells_dir: Optional[Path]
     report_dir: Optional[Path]
     gpus: Optional[tuple[int, ...]]
     budgets: Optional[tuple[int, ...]]
@@ -79,6 +82,9 @@ class BenchOptions:
     threads: Optional[int] = None
     progress_s: float = 30.0
     resumed_from: Optional[Path] = None
+    overwrite: bool = False
+    keep_stale: bool = False
+    runs_dir: Optional[Path] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "BenchOptions":
@@ -94,26 +100,40 @@ class BenchOptions:
         else:
             configs = tuple(sorted((root / DEFAULT_CONFIG_DIR).glob("*.yaml"))) or (root / DEFAULT_CONFIG_DIR / "mnist.yaml",)
         resume = bool(opt.mebench_resume)
+        overwrite, keep_stale = bool(getattr(opt, "mebench_overwrite", False)), bool(getattr(opt, "mebench_keep_stale", False))
         worker = getattr(config, "workerinput", {})
         resumed_from = None
         if "mebench_cells_dir" in worker:  # an xdist worker: the controller chose the folders
             cells_dir, json_path = Path(worker["mebench_cells_dir"]), None
         else:
+            _check_resume_flags(resume, overwrite, keep_stale)
             cells_dir, json_path = path(opt.mebench_cells), path(opt.mebench_json)
-            runs = root / RUNS_DIR
             if cells_dir is None:
-                resumed_from = latest_cells_dir(runs) if resume else None
-                cells_dir = resumed_from or unused_stamp_dir(runs) / "cells"
-            if json_path is None:
-                run_dir = cells_dir.parent if opt.mebench_cells is None else unused_stamp_dir(runs)
-                json_path = run_dir / "report.json"
-                if json_path.exists():  # a resumed run keeps the earlier report
-                    json_path = run_dir / f"report-{unused_stamp_dir(run_dir).name}.json"
+                resumed_from = cells_dir = latest_cells_dir(root / RUNS_DIR) if resume else None
+            elif not (resume or overwrite):
+                _check_unused(cells_dir)
         return cls(config_paths=configs, json_path=json_path, cells_dir=cells_dir,
                    report_dir=path(opt.mebench_report), gpus=None if gpus is None else tuple(gpus),
                    budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=resume,
                    threads=opt.mebench_threads, progress_s=float(opt.mebench_progress),
-                   resumed_from=resumed_from)
+                   resumed_from=resumed_from, overwrite=overwrite, keep_stale=keep_stale, runs_dir=root / RUNS_DIR)
+
+
+def _check_resume_flags(resume: bool, overwrite: bool, keep_stale: bool) -> None:
+    """``--keep-stale`` refines ``--resume``; ``--overwrite`` contradicts it."""
+    if keep_stale and not resume:
+        raise pytest.UsageError("--keep-stale keeps stale cells of a resumed run: use it with --resume")
+    if overwrite and resume:
+        raise pytest.UsageError("--overwrite runs the selected cells again and --resume keeps the complete ones: "
+                                "pass one of the two")
+
+
+def _check_unused(cells_dir: Path) -> None:
+    """A cells folder that already holds cells is continued (--resume) or replaced (--overwrite), never silently."""
+    held = [p for p in cells_dir.iterdir()] if cells_dir.is_dir() else []
+    if held:
+        raise pytest.UsageError(f"--mebench-cells {cells_dir} already holds {len(held)} cell folder(s) of an earlier "
+                                "run: pass --resume to keep its current cells or --overwrite to run them again")
 
 
 def latest_cells_dir(runs: Path) -> Optional[Path]:
@@ -154,24 +174,45 @@ class BenchSession:
         self.report: Optional[dict[str, Any]] = None
         self.report_path: Optional[Path] = None
         self.messages: list[str] = []
+        self._cells_dir: Optional[Path] = self.options.cells_dir
+
+    @property
+    def cells_dir(self) -> Path:
+        """The run's cells folder; a new ``runs/pytest/<stamp>/cells`` is created exclusively on first use."""
+        if self._cells_dir is None:
+            assert self.options.runs_dir is not None
+            self._cells_dir = make_stamp_dir(self.options.runs_dir) / "cells"
+            self._cells_dir.mkdir()
+        return self._cells_dir
 
     # -- start-up -----------------------------------------------------------------------
     def sweep_stale_caches(self) -> list[Path]:
-        """Controller, ``--resume``: remove the temporary query caches (§11.2) an earlier run left.
+        """Controller: remove the temporary query caches (§11.2) that dead runs left.
 
         A cell removes its ``.query_cache`` even when it fails or is interrupted; only a
-        process killed outright (SIGKILL, power loss) leaves one behind. One pytest run owns
-        a cells folder at a time, so at the start of a resumed run no cache there is live.
+        process killed outright (SIGKILL, power loss) leaves one behind. Every cache names the
+        process that made it (``naming.mark_cache_owner``); those of processes gone from this
+        machine are removed under ``runs/pytest/`` and the ``--mebench-cells`` folder. With
+        ``--resume`` every cache in the resumed cells folder goes (one pytest run owns a cells
+        folder at a time, so none there is live, and older marks name no process).
         """
-        if self.is_worker or not self.options.resume or not self.options.cells_dir.is_dir():
+        if self.is_worker:
             return []
-        stale = sorted(p for p in self.options.cells_dir.glob(f"*/{QUERY_CACHE_DIR}") if p.is_dir())
-        for path in stale:
-            shutil.rmtree(path, ignore_errors=True)
+        stale: list[Path] = []
+        if self.options.runs_dir is not None and self.options.runs_dir.is_dir():
+            stale += sweep_dead_caches(self.options.runs_dir, f"*/cells/*/{QUERY_CACHE_DIR}")
+        if self._cells_dir is not None and self._cells_dir.is_dir():
+            stale += sweep_dead_caches(self._cells_dir, f"*/{QUERY_CACHE_DIR}")
+            if self.options.resume:
+                left = sorted(p for p in self._cells_dir.glob(f"*/{QUERY_CACHE_DIR}") if p.is_dir())
+                for path in left:
+                    shutil.rmtree(path, ignore_errors=True)
+                stale += left
         if stale:
-            self.messages.append(f"--resume: removed {len(stale)} temporary query cache"
-                                 f"{'s' if len(stale) > 1 else ''} an interrupted run left in {self.options.cells_dir}")
-        return stale
+            where = self._cells_dir if self.options.resume and self._cells_dir is not None else self.options.runs_dir
+            self.messages.append(f"{'--resume: ' if self.options.resume else ''}removed {len(stale)} temporary "
+                                 f"query cache{'s' if len(stale) > 1 else ''} an interrupted run left in {where}")
+        return sorted(set(stale))
 
     def remove_own_caches(self) -> list[Path]:
         """Controller, at the end of the run: remove the query caches (§11.2) this run's cells left.
@@ -179,19 +220,18 @@ class BenchSession:
         A cell's ``finally`` removes its cache, but a worker that an interrupted xdist run tears
         down is killed outright when it does not exit in time (a loaded machine), and its cache
         would survive. Only caches marked with this run's token are removed, so a second run
-        sharing the cells folder keeps its live ones.
+        sharing the cells folder keeps its live ones. A run folder this run reserved and never
+        used (an xdist run without grid cells) is removed too.
         """
-        if self.is_worker or not self.options.cells_dir.is_dir():
+        if self.is_worker or self._cells_dir is None or not self._cells_dir.is_dir():
             return []
         mine = []
-        for path in self.options.cells_dir.glob(f"*/{QUERY_CACHE_DIR}"):
-            try:
-                owner = (path / QUERY_CACHE_OWNER).read_text()
-            except OSError:
-                continue
-            if owner == self.run_token:
+        for path in self._cells_dir.glob(f"*/{QUERY_CACHE_DIR}"):
+            if cache_owner_token(path) == self.run_token:
                 shutil.rmtree(path, ignore_errors=True)
                 mine.append(path)
+        if self.options.cells_dir is None and not self.options.resume:
+            _remove_if_empty(self._cells_dir)
         return sorted(mine)
 
     def check_gpus(self) -> Optional[str]:
@@ -243,15 +283,29 @@ class BenchSession:
 
     def tag_items(self, items: Sequence[pytest.Item]) -> None:
         """Label cell items for the report channel; with ``--resume`` skip the complete ones."""
+        from mebench.resume import verdict_words
+
+        lines = []
         for item in items:
             cell = _cell_of(item)
             if cell is None:
                 continue
             item.user_properties.append((CELL_ID_KEY, cell.id))
-            done = self.complete_record(cell) if self.options.resume else None
+            if not self.options.resume:
+                continue
+            verdict = self.resume_verdict(cell)
+            if verdict.reason and verdict.reason != "it has no results yet":
+                lines.append(f"mebench --resume: {cell.id}: {verdict_words(verdict)}")
+                if not verdict.keep:
+                    item.user_properties.append((RERUN_KEY, verdict.reason))
+            done = self.complete_record(cell, verdict) if verdict.keep else None
             if done is not None:
                 item.user_properties.append((RECORD_KEY, done))
                 item.add_marker(pytest.mark.skip(reason=f"--resume: complete results in {done['artifacts_dir']}"))
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None and not self.is_worker:  # one line per cell that runs again (or is kept stale)
+            for line in lines:
+                tr.write_line(line)
 
     def check_cost(self, items: Sequence[pytest.Item]) -> None:
         """Print the selected cells' rough cost; a large selection needs --budgets or --mebench-allow-large."""
@@ -269,19 +323,49 @@ class BenchSession:
             raise pytest.UsageError(f"{cost.line()}: too large to start by accident; pass --budgets B1,B2 "
                                     "to shorten it or --mebench-allow-large to run it as selected")
 
-    def complete_record(self, cell: Cell) -> Optional[dict[str, Any]]:
-        """The cell's stored record if it is complete for the cell as configured now.
+    def complete_record(self, cell: Cell, verdict: Optional["Verdict"] = None) -> Optional[dict[str, Any]]:
+        """The cell's stored record if ``--resume`` keeps it (``resume_verdict``), marked ``resumed``;
+        a cell kept by ``--keep-stale`` carries ``resume: {kept_stale, reason}`` (also in its files)."""
+        from mebench.resume import RESUME_KEY, mark_kept_stale
 
-        Complete: ``result.json`` parses, its status is ``passed``, its cell hash
-        (config without device) equals the current cell's, the engine's summary
-        says ``complete`` and a Track A row exists for every checkpoint.
-        """
-        rec = read_json(self.options.cells_dir / cell.id / "result.json")
-        track_a = {r.get("checkpoint_B") for r in rec.get("metrics_rows", []) if r.get("track") == "A"}
-        ok = (rec.get("status") == "passed" and rec.get("cell_hash") == cell.hash
-              and (rec.get("summary") or {}).get("status") == "complete"
-              and set(cell.cfg.budget.checkpoints) <= track_a)
-        return {**rec, "resumed": True} if ok else None
+        verdict = self.resume_verdict(cell) if verdict is None else verdict
+        if not verdict.keep:
+            return None
+        directory = self.cells_dir / cell.id
+        rec = read_json(directory / "result.json")
+        if verdict.stale and verdict.reason and verdict.summary is not None:
+            summary = mark_kept_stale(directory, verdict.summary, verdict.reason)
+            rec = {**rec, "summary": summary, RESUME_KEY: summary[RESUME_KEY]}
+            from mebench import artifacts
+
+            artifacts.atomic_write_json(directory / "result.json", rec)
+        return {**rec, "resumed": True}
+
+    def resume_verdict(self, cell: Cell) -> "Verdict":
+        """Keep a stored cell only when its last run passed, its files are whole and its plan, code
+        identity and thread count equal what would run now (``mebench.resume``); ``--keep-stale``
+        also keeps whole cells that differ only in those."""
+        from mebench.identity import code_identity
+        from mebench.resume import Verdict, check_folder, decide
+
+        directory = self.cells_dir / cell.id
+        if not directory.is_dir():
+            return Verdict(False, "it has no results yet")
+        rec = read_json(directory / "result.json")
+        if not rec:
+            return Verdict(False, "result.json is missing or not valid JSON")
+        if rec.get("status") != "passed":
+            return Verdict(False, f"its last run ended {rec.get('status')!r}")
+        return decide(check_folder(directory, cell.plan, code_identity(), self.expected_threads()),
+                      self.options.keep_stale)
+
+    def expected_threads(self) -> int:
+        """The torch thread count cells of this run use: ``--mebench-threads``, else torch's default."""
+        if self.options.threads:
+            return self.options.threads
+        import torch
+
+        return torch.get_num_threads()
 
     # -- per-cell objects -----------------------------------------------------------------
     def device(self) -> str:
@@ -349,11 +433,11 @@ class BenchSession:
 
     def worker_input(self) -> dict[str, str]:
         """What the controller hands each xdist worker: the run's cells folder and its token."""
-        return {"mebench_cells_dir": str(self.options.cells_dir), "mebench_run_token": self.run_token}
+        return {"mebench_cells_dir": str(self.cells_dir), "mebench_run_token": self.run_token}
 
     def cell_dir(self, cell: Cell) -> Path:
         """``<cells dir>/<cell id>``: the seed artifacts, ``result.json`` and the temporary query cache."""
-        path = self.options.cells_dir / cell.id
+        path = self.cells_dir / cell.id
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -383,17 +467,30 @@ class BenchSession:
         from mebench import artifacts
 
         report = self.build_report()
-        path = self.options.json_path
-        assert path is not None, "only the controller writes the report"
+        path = self.json_path()
         aggregate_csv = path.with_name(f"{path.stem}_aggregate.csv")
         report["files"] = {"report": str(path), "aggregate_csv": str(aggregate_csv),
-                           "cells_dir": str(self.options.cells_dir)}
+                           "cells_dir": str(self.cells_dir)}
         self.config.hook.pytest_mebench_update_json(config=self.config, report=report)
-        artifacts.atomic_write_json(path, report)
+        from mebench.report.paths import portable_grid_report  # paths relative to report.json: runs/ can move
+
+        artifacts.atomic_write_json(path, portable_grid_report(report, path))
         artifacts.write_aggregate_csv(aggregate_csv, report["aggregate"])
         self.report, self.report_path = report, path
         if self.options.report_dir is not None:
             self.messages.append(_render_report(path, self.options.report_dir))
+
+    def json_path(self) -> Path:
+        """``--mebench-json``, else ``report.json`` beside the cells folder (``report-<stamp>.json`` when a
+        resumed run's folder has one); with ``--mebench-cells``, in a new run folder of its own."""
+        if self.options.json_path is not None:
+            return self.options.json_path
+        if self.options.cells_dir is not None and self.options.resumed_from is None:
+            assert self.options.runs_dir is not None
+            return make_stamp_dir(self.options.runs_dir) / "report.json"
+        run_dir = self.cells_dir.parent
+        path = run_dir / "report.json"
+        return path if not path.exists() else run_dir / f"report-{unused_stamp_dir(run_dir).name}.json"
 
     def build_report(self) -> dict[str, Any]:
         """The report document: cells sorted by id, their seed aggregate, machine and commit."""
@@ -410,7 +507,8 @@ class BenchSession:
             "benchmark_configs": [str(p) for p in self.options.config_paths],
             "benchmarks": [_read_yaml(p) for p in self.options.config_paths],
             "options": {"budgets": self.options.budgets, "seeds": self.options.seeds, "gpus": self.options.gpus,
-                        "resume": self.options.resume, "threads": self.options.threads,
+                        "resume": self.options.resume, "keep_stale": self.options.keep_stale,
+                        "overwrite": self.options.overwrite, "threads": self.options.threads,
                         "workers": _worker_count(self.config),
                         "args": list(self.config.invocation_params.args)},
             "machine": {**runinfo.machine_info(devices[0] if devices else "cpu"), "cell_devices": devices},
@@ -418,7 +516,10 @@ class BenchSession:
             "timings": {"session_s": time.time() - self.started,
                         "cells_s": sum((c.get("timings") or {}).get("cell_s", 0.0) for c in cells if not c.get("resumed"))},
             "counts": {**{s: statuses.count(s) for s in sorted(set(statuses))},
-                       "resumed": sum(bool(c.get("resumed")) for c in cells)},
+                       "resumed": sum(bool(c.get("resumed")) for c in cells),
+                       "kept_stale": sum(bool((c.get("resume") or {}).get("kept_stale")) for c in cells)},
+            "kept_stale": [{"id": c["id"], "reason": c["resume"].get("reason")} for c in cells
+                           if (c.get("resume") or {}).get("kept_stale")],
             "cells": cells,
             "aggregate": artifacts.aggregate_rows(rows),
         }
@@ -496,6 +597,15 @@ def _read_yaml(path: Path) -> Any:
 def _worker_count(config: pytest.Config) -> int:
     n = getattr(config.option, "numprocesses", None)
     return int(n) if isinstance(n, int) else 0
+
+
+def _remove_if_empty(cells_dir: Path) -> None:
+    """Remove a reserved ``<stamp>/cells`` folder and its run folder when nothing was written there."""
+    try:
+        cells_dir.rmdir()
+        cells_dir.parent.rmdir()
+    except OSError:
+        pass
 
 
 def _last_line(report: pytest.TestReport) -> str:

@@ -40,7 +40,7 @@ from mebench.config import RunConfig
 from mebench.errors import interrupt_on_sigterm
 from mebench.grid import Cell
 from mebench.metrics import METRICS
-from mebench.naming import QUERY_CACHE_DIR, QUERY_CACHE_OWNER
+from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner
 from mebench.oracle import Oracle
 from mebench.plugin import bench_session
 from mebench.training.track_a import TrackATrainer
@@ -114,7 +114,7 @@ def query_cache(request: pytest.FixtureRequest, run_config: RunConfig, victim: e
     shutil.rmtree(directory, ignore_errors=True)
     store = PrefixAudit(engine.make_store(run_config, victim, directory))
     if directory.is_dir():  # lets the controller remove it should this worker be killed before its finally
-        (directory / QUERY_CACHE_OWNER).write_text(bench_session(request.config).run_token)
+        mark_cache_owner(directory, bench_session(request.config).run_token)
     try:
         yield store
     finally:

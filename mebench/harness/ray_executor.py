@@ -361,7 +361,7 @@ class RayLoop:
                 atomic_write_bytes(directory / name, data)
         if record is None:
             return None
-        record = {**record, "nodeid": item.nodeid, "cell_hash": cell.hash, "artifacts_dir": str(directory),
+        record = {**record, "nodeid": item.nodeid, "artifacts_dir": str(directory),
                   "artifacts": {n: str(directory / n) for n in sorted(files) if n != "result.json" and not n.startswith(".")},
                   "worker": f"ray:{outcome['where']}", "resumed": False}
         atomic_write_json(directory / "result.json", record)

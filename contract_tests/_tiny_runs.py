@@ -1,0 +1,81 @@
+"""Tiny SYNTH runs whose metrics.csv bytes are pinned (issue 35: outputs stay byte-identical).
+
+Each case is a set of config overrides for ``mebench.testing.synthetic_config``; the digests in
+``test_run_plan.py`` were computed on the code before the run plan existed (commit 27f4652).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+BUDGET = {"max_budget": 300, "checkpoints": [100, 300]}
+ACTIVETHIEF_FAST = {"strategy": "k_center", "rounds": 2, "max_steps": 40, "patience": 20, "candidate_factor": 10,
+                    "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 5.0e-4}}
+CASES: dict[str, dict] = {
+    "random": {"attack": {"name": "random", "params": {"batch_size": 64}}},
+    "dfme": {"dataset": {"data_mode": "data_free", "surrogate_name": None},
+             "attack": {"name": "dfme", "params": {"batch_size": 4, "grad_m": 2, "nz": 8, "generator_width": 4,
+                                                   "student_steps": 3}}},
+    "knockoff_fast": {"attack": {"name": "knockoff", "label": "knockoff_fast", "params": {"epochs": 2, "lr_step": 1}}},
+    "activethief_kcenter_fast": {"attack": {"name": "activethief", "label": "activethief_kcenter_fast",
+                                            "params": ACTIVETHIEF_FAST}},
+    "random_defended": {"attack": {"name": "random", "params": {"batch_size": 64}},
+                        "defense": {"name": "gaussian_noise", "params": {"sigma": 0.05}}},
+}
+
+
+def tiny_metrics_digest(tmp_path: Path, victim_path: Path, case: str) -> str:
+    """sha256 of the metrics.csv bytes of one tiny single-seed run (1 torch thread)."""
+    import torch
+
+    from mebench import engine
+    from mebench.config import parse_config
+    from mebench.testing import deep_update, synthetic_config_dict
+
+    raw = deep_update(synthetic_config_dict(tmp_path, victim_path), {"budget": BUDGET, **CASES[case]})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = engine.run(parse_config(raw), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    return hashlib.sha256((result.directory / "seed_0" / "metrics.csv").read_bytes()).hexdigest()
+
+
+#: The same five runs on real MNIST with the LeNet-5 victim (``victims/mnist_lenet5.pt``), from
+#: ``configs/mnist_lenet5_random_soft.yaml``; the fast variants keep their presets' parameters.
+REAL_BASE = "configs/mnist_lenet5_random_soft.yaml"
+REAL_BUDGET = {"max_budget": 300, "checkpoints": [100, 300]}
+REAL_CASES: dict[str, dict] = {
+    "random": {},
+    "dfme": {"dataset": {"data_mode": "data_free", "surrogate_name": None},
+             "attack": {"name": "dfme", "params": {"batch_size": 16, "grad_m": 1, "student_steps": 2}}},
+    "knockoff_fast": {"attack": {"name": "knockoff", "label": "knockoff_fast", "params": {"epochs": 10, "lr_step": 6}}},
+    "activethief_kcenter_fast": {"attack": {"name": "activethief", "label": "activethief_kcenter_fast",
+                                            "params": {**ACTIVETHIEF_FAST, "rounds": 5, "max_steps": 100}}},
+    "random_defended": {"defense": {"name": "gaussian_noise", "params": {"sigma": 0.05}}},
+}
+
+
+def real_metrics_digest(tmp_path: Path, root: Path, case: str, data_root: Path) -> str:
+    """sha256 of the metrics.csv bytes of one tiny single-seed real-MNIST run (1 torch thread);
+    ``root`` is the repository folder holding ``configs/`` and ``victims/``."""
+    import torch
+    import yaml
+
+    from mebench import engine
+    from mebench.config import parse_config
+    from mebench.testing import deep_update
+
+    raw = yaml.safe_load((root / REAL_BASE).read_text())
+    raw = deep_update(raw, {"run": {"seeds": [0], "output_dir": str(tmp_path / "runs")},
+                            "victim": {"checkpoint_ref": str(root / "victims" / "mnist_lenet5.pt")},
+                            "dataset": {"data_root": str(data_root)}, "budget": REAL_BUDGET, **REAL_CASES[case]})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = engine.run(parse_config(raw), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    return hashlib.sha256((result.directory / "seed_0" / "metrics.csv").read_bytes()).hexdigest()

@@ -1,0 +1,146 @@
+"""The resolved run plan (``mebench.plan``): what ran is recorded whole and hashed (issue 35).
+
+Also pins the bytes of ``metrics.csv`` of five tiny runs to the digests the code produced before
+the plan existed (``_tiny_runs.py``): resolving a plan must not change a single number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from _tiny_runs import CASES, REAL_CASES, real_metrics_digest, tiny_metrics_digest
+from mebench import engine, identity
+from mebench.attacks.knockoff import KnockoffParams
+from mebench.defenses import DEFENSES
+from mebench.plan import canonical_json, first_difference, identity_hash, resolve, stale_reason
+from mebench.testing import synthetic_victim
+
+#: sha256 of metrics.csv per case, computed on commit 27f4652 (before the run plan), 1 torch thread,
+#: torch 2.x CPU on the project machine. Float results depend on the CPU's kernels, so the pin holds
+#: for that torch build; another build skips (it cannot tell a changed number from a changed kernel).
+PINNED_TORCH = "2."
+PINNED = {
+    "random": "4354e86f8ec504c24ed31f39899a1c471692ac28424b493535597c0cba7749b8",
+    "dfme": "c35fe272924936b3b3b8dbecfd9c756f0f496a1875043e60309163e58f862e2e",
+    "knockoff_fast": "da86ece96b881a2c6f522436bf799a0194547d008fb35373288c3d09d3025863",
+    "activethief_kcenter_fast": "03e14cbe09ec49255736e6059eb2a7e4c0f638fbd716c322b2c3b3a1c00c4057",
+    "random_defended": "848dd07cc110a726bf09e6f52eb4ec587f646ec12043165e6bfa945263688ca9",
+}
+
+
+@pytest.fixture(scope="module")
+def pinned_victim(tmp_path_factory, one_thread) -> Path:
+    """The SYNTH victim trained at one thread (as when the digests were taken)."""
+    return synthetic_victim(tmp_path_factory.mktemp("pinned") / "synth_victim.pt")
+
+
+# contract 16.2 / issue 35: metrics.csv of Random, DFME, knockoff_fast, activethief_kcenter_fast and a
+# defended Random run is byte-identical to the one the code wrote before run plans existed.
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_metrics_csv_bytes_are_unchanged(case, tmp_path, pinned_victim):
+    if not torch.__version__.startswith(PINNED_TORCH):
+        pytest.skip(f"digests pinned for torch {PINNED_TORCH}x, this is {torch.__version__}")
+    assert tiny_metrics_digest(tmp_path, pinned_victim, case) == PINNED[case]
+
+
+#: The same on real MNIST with victims/mnist_lenet5.pt (this file's SHA-256), from ``_tiny_runs.REAL_CASES``.
+REAL_VICTIM_SHA256 = "2bf8e1049ade69d0de1abbee7c1ba91fe34e2b9e180cf8e82ee12e957b7fe353"
+REAL_PINNED = {
+    "random": "e71c390bee37da1164b4fcfcba5d79b6862621a8546b3e3acd5a54a29ca261b1",
+    "dfme": "f81654a949179408f04ed3d287677391f6e082a43c5c26ded108ecad1d9b8155",
+    "knockoff_fast": "a5d93814c502207198895bbb89bc5320db2b4ac6eb270286e151741ba1ac02de",
+    "activethief_kcenter_fast": "15125f439c2765f76143d0a51fb202ba591ed44c4f0cc4d06ac15f439303fac4",
+    "random_defended": "ac8ab1812dccbbd274e5d3171555a1d807574757791298067171ebd082cd6bd2",
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# contract 16.2 / issue 35: the same five runs on real MNIST (about 30 s each on one thread).
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(REAL_CASES))
+def test_real_data_metrics_csv_bytes_are_unchanged(case, tmp_path, data_root):
+    victim = ROOT / "victims" / "mnist_lenet5.pt"
+    if not victim.is_file() or hashlib.sha256(victim.read_bytes()).hexdigest() != REAL_VICTIM_SHA256:
+        pytest.skip("digests pinned for the victims/mnist_lenet5.pt trained on the project machine")
+    if not torch.__version__.startswith(PINNED_TORCH):
+        pytest.skip(f"digests pinned for torch {PINNED_TORCH}x, this is {torch.__version__}")
+    assert real_metrics_digest(tmp_path, ROOT, case, data_root) == REAL_PINNED[case]
+
+
+# issue 35: summary.json holds the plan with every attack and defense parameter that ran, defaults
+# included; plan_hash is the SHA-256 of its canonical JSON; code identity and completion time are recorded.
+def test_summary_records_the_whole_plan(make_cfg):
+    cfg = make_cfg(attack={"name": "knockoff", "label": "knockoff_fast", "params": {"epochs": 2, "lr_step": 1}},
+                   defense={"name": "topk"}, budget={"max_budget": 200, "checkpoints": [100, 200]})
+    result = engine.run(cfg, progress=False)
+    summary = json.loads((result.directory / "seed_0" / "summary.json").read_text())
+    plan = summary["plan"]
+    assert plan["attack"]["params"] == dataclasses.asdict(KnockoffParams(epochs=2, lr_step=1))
+    assert plan["attack"]["params"]["momentum"] == 0.5 and plan["attack"]["params"]["lr_gamma"] == 0.1  # defaults
+    assert plan["attack"]["label"] == "knockoff_fast" and plan["attack"]["divergence_restarts"] == 2
+    assert plan["defenses"] == [{"name": "topk", "label": "topk",
+                                 "params": dataclasses.asdict(DEFENSES.get("topk").Params())}]
+    assert plan["defenses"][0]["params"]  # topk has parameters, all defaults here
+    assert plan["pool"] == {"kind": "surrogate", "source": "SYNTHSUR", "size": 5000, "need": 200, "seed_size": None}
+    assert plan["input_shape"] == [1, 8, 8] and plan["checkpoints"] == [100, 200] and plan["seed"] == 0
+    assert plan["victim"]["checkpoint_sha256"] == hashlib.sha256(Path(cfg.victim.checkpoint_ref).read_bytes()).hexdigest()
+    assert summary["plan_hash"] == hashlib.sha256(canonical_json(plan).encode()).hexdigest()
+    assert summary["plan_hash"] == resolve(cfg, 0).hash
+    assert summary["code_identity"] == identity.code_identity()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", summary["completed_at"])
+
+
+# issue 35: the plan is resolved once, frozen, and its hash changes with any parameter that runs,
+# also one the user never typed (a changed default).
+def test_plan_is_frozen_and_its_hash_follows_the_parameters(make_cfg):
+    base = resolve(make_cfg())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        base.seed = 3  # type: ignore[misc]
+    assert resolve(make_cfg()).hash == base.hash
+    assert resolve(make_cfg(), seed=1).hash != base.hash
+    assert resolve(make_cfg(attack={"params": {"batch_size": 32}})).hash != base.hash
+    same_default = resolve(make_cfg(attack={"params": {"batch_size": 64}}))
+    assert same_default.hash == base.hash  # typing the default out changes nothing
+    no_params = resolve(make_cfg(attack={"params": None}))  # None drops the key
+    assert no_params.attack.params.batch_size == 1000  # random's default, filled in
+
+
+# issue 35: a changed run device or output folder is not a different plan (where, not what).
+def test_device_and_output_folder_are_not_in_the_plan(make_cfg, tmp_path):
+    assert resolve(make_cfg(run={"output_dir": str(tmp_path / "elsewhere")})).hash == resolve(make_cfg()).hash
+
+
+# issue 35: stale_reason names what differs in one line: the first plan key, the code identity, the threads.
+def test_stale_reason_names_what_differs(make_cfg):
+    plan = resolve(make_cfg())
+    stored = {"plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": "1+src.a", "machine": {"torch_threads": 1}}
+    assert stale_reason(stored, plan, "1+src.a", 1) is None
+    other = resolve(make_cfg(attack={"params": {"batch_size": 32}}))
+    assert stale_reason(stored, other, "1+src.a", 1) == "its plan differs (attack.params.batch_size: 64 -> 32)"
+    assert stale_reason(stored, plan, "1+src.b", 2) == "code identity 1+src.a -> 1+src.b; torch threads 1 -> 2"
+    assert "no plan" in stale_reason({"status": "complete"}, plan, "1+src.a", 1)
+    assert first_difference({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}}) == "a.c: absent -> 2"
+
+
+# issue 35: the cell hash is the plan hash with the code identity and the thread count.
+def test_identity_hash_covers_plan_code_and_threads():
+    h = identity_hash("p", "c", 1)
+    assert len({h, identity_hash("q", "c", 1), identity_hash("p", "d", 1), identity_hash("p", "c", 2)}) == 4
+    assert h == identity_hash("p", "c", 1)
+
+
+# issue 35: the plan and the resume rule import no torch (they belong to the torch-free config layer).
+def test_plan_and_resume_modules_import_no_torch():
+    code = "import sys, mebench.plan, mebench.resume; assert 'torch' not in sys.modules, 'torch imported'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
