@@ -1,6 +1,6 @@
-"""PRADA follows its authors' code by default (contract §1.2: a detector changes no answer and is
-scored on its own evidence; issue 42). The reference is ``GrowingDistanceAgent`` in
-SSGAalto/prada-protecting-against-dnn-model-stealing-attacks@aa54347, ``src/growing_set.py``.
+"""PRADA follows its authors' code by default (issue 42; docs/defenses/prada.md). The reference is
+``GrowingDistanceAgent`` in SSGAalto/prada-protecting-against-dnn-model-stealing-attacks@aa54347,
+``src/growing_set.py``.
 
 One test per behaviour that differs from mebench's older rule, each on a hand-built stream where
 that behaviour changes W or the flag, and an equality test against ``reference_rule`` below: a
