@@ -2,7 +2,8 @@
 
 Reads the seed-level ``summary.json`` of every cell folder under ``results/prada/cells/``
 (labels ``prada``: the reference rule, ``prada_legacy``: mebench's older rule) and
-``deviations.json``; writes ``before_after.json`` next to this file.
+``deviations.json``; writes ``before_after.json`` and ``deviations.md`` (the table of each
+older option's effect) next to this file.
 
 For each dataset and attack: the share of the attack's streams flagged (``flag_at_B``: the flag
 the rule holds at B; ``flagged_within_B``: flagged at some query up to B, the report's
@@ -97,11 +98,37 @@ def deviation_effects(dev: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+COLUMNS = [("MNIST", "benign"), ("MNIST", "attack:random"), ("MNIST", "attack:activethief_kcenter_fast"),
+           ("FashionMNIST", "benign"), ("FashionMNIST", "attack:random"),
+           ("FashionMNIST", "attack:activethief_kcenter_fast"), ("MNIST", "attack:dfme"), ("FashionMNIST", "attack:dfme")]
+
+
+def deviations_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per variant, the change of the mean minimum W against the reference rule (largest
+    single-stream change in brackets) and any change of the flagged share at B."""
+    at = {(r["dataset"], r["streams"], r["variant"]): r for r in rows}
+    head = ["variant"] + [f"{ds} {k.removeprefix('attack:')}" for ds, k in COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for v in dict.fromkeys(r["variant"] for r in rows):
+        if v == "reference":
+            continue
+        cells = []
+        for ds, k in COLUMNS:
+            r = at.get((ds, k, v))
+            cell = "–" if r is None else f"{r['min_w_change']:+.3f} ({r['max_abs_min_w_change']:.3f})"
+            if r is not None and r["flag_change"]:
+                cell += f"; flagged {r['flag_change']:+.3f}"
+            cells.append(cell)
+        lines.append("| " + " | ".join([f"`{v}`", *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     out: dict[str, Any] = {"before_after": before_after(load_cells(HERE / "cells"))}
     dev = HERE / "deviations.json"
     if dev.is_file():
         out["deviations"] = deviation_effects(json.loads(dev.read_text()))
+        atomic_write_text(HERE / "deviations.md", deviations_table(out["deviations"]))
     atomic_write_text(HERE / "before_after.json", json.dumps(out, indent=1) + "\n")
 
 
