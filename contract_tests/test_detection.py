@@ -129,6 +129,12 @@ def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_pa
     ({"delta": 0}, {}, "defense.params.delta"),
     ({"delta": 1.5}, {}, "defense.params.delta"),
     ({"min_distances": 2}, {}, "defense.params.min_distances"),
+    ({"growing_start": "one"}, {}, "defense.params.growing_start"),
+    ({"min_class_distances": 0}, {}, "defense.params.min_class_distances"),
+    ({"outlier_sigma": 0.0}, {}, "defense.params.outlier_sigma"),
+    ({"outlier_sigma": -3.0}, {}, "defense.params.outlier_sigma"),
+    ({"test_every": 0}, {}, "defense.params.test_every"),
+    ({"flag": "any"}, {}, "defense.params.flag"),
     ({}, {"benign_streams": 0}, "metrics.benign_streams"),
     ({}, {"benign_dataset": "MNIST"}, "metrics.benign_dataset"),
 ])
@@ -136,6 +142,15 @@ def test_bad_detector_settings_fail_before_any_work(make_cfg, params, metrics, k
     with pytest.raises(ConfigError) as e:
         validate(make_cfg(defense={"name": "prada", "params": params}, metrics=metrics), check_files=False)
     assert e.value.key == key
+    if params:  # the message names the key, the value and the rule
+        value = next(iter(params.values()))
+        assert key in str(e.value) and str(value) in str(e.value) and "must" in str(e.value)
+
+
+def test_prada_options_of_the_older_rule_validate(make_cfg):
+    from mebench.defenses.prada import LEGACY
+
+    validate(make_cfg(defense={"name": "prada", "params": dict(LEGACY)}), check_files=False)
 
 
 def test_report_scores_detection_at_low_fpr(make_cfg, tmp_path):

@@ -5,8 +5,10 @@ answers unchanged; the oracle shows it every answered batch (``observe``), and i
 records after which query it would have flagged the client. Two things are scored
 for every detector:
 
-- **queries until detection** of each attack's stream (``flagged_at``; ``None``
-  when the stream was never flagged within the budget);
+- **queries until detection** of each attack's stream (``flagged_at``: the first query after
+  which the client was flagged; ``None`` when it never was within the budget), and where a
+  detector's flag can be lowered again (PRADA's reference rule), the flag it holds at each
+  checkpoint (``flag_at``);
 - **detection at a low false-positive rate**: each stream, attack or benign, gets a
   score at every checkpoint B (the detector's own evidence over its first B queries,
   higher = more attack-like), and :func:`tpr_at_fpr` reads the true-positive rate
@@ -17,16 +19,15 @@ for every detector:
 Benign streams (:func:`benign_streams`) are seeded random orders of whole test
 splits: the victim's own and, where the run names one, a second dataset's.
 
-:func:`shapiro_wilk_w` is the Shapiro–Wilk W statistic with Royston's weights
-(Royston, "Approximating the Shapiro–Wilk W-test for non-normality", Statistics and
-Computing 2, 1992, section 2; the same polynomial corrections as algorithm AS R94,
-Applied Statistics 44, 1995), written here because mebench depends on no statistics
-package. It agrees with ``scipy.stats.shapiro`` to 1e-6 (tested).
+:func:`shapiro_wilk_w` is ``scipy.stats.shapiro``'s W (algorithm AS R94, Royston 1995), the
+function PRADA's reference code calls; mebench's own Royston implementation, which agreed with it
+to 1e-6, was dropped for the maintained library.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -36,49 +37,21 @@ from mebench.defenses.base import Defense
 from mebench.detection_rates import tpr_at_fpr  # noqa: F401  (moved: torch-free for the report)
 from mebench.seeding import generator
 
-# Royston (1992), eq. for the two largest weights: polynomials in u = 1/sqrt(n).
-_C1 = (0.0, 0.221157, -0.147981, -2.071190, 4.434685, -2.706056)
-_C2 = (0.0, 0.042981, -0.293762, -1.752461, 5.682633, -3.582633)
 
+def shapiro_wilk_w(values: Sequence[float] | np.ndarray) -> float:
+    """The Shapiro–Wilk W of ``values`` (at least 3), from ``scipy.stats.shapiro``; 1.0 when all
+    values are equal (no evidence). scipy's warnings (n > 5000: the p-value, which is not used;
+    range zero) are silenced: W itself is exact."""
+    from scipy import stats  # imported on first use: mebench's import stays light
 
-def _poly(coeffs: Sequence[float], u: float) -> float:
-    return sum(c * u ** i for i, c in enumerate(coeffs))
-
-
-def shapiro_wilk_weights(n: int) -> np.ndarray:
-    """Royston's approximation of the Shapiro–Wilk coefficients a_1..a_n (antisymmetric), n >= 3."""
-    if n < 3:
-        raise ValueError(f"the Shapiro–Wilk test needs at least 3 values, got {n}")
-    if n == 3:
-        return np.array([-math.sqrt(0.5), 0.0, math.sqrt(0.5)])
-    i = torch.arange(1, n + 1, dtype=torch.float64)
-    m = torch.special.ndtri((i - 0.375) / (n + 0.25)).numpy()
-    mm = float(m @ m)
-    u = 1.0 / math.sqrt(n)
-    a = np.empty(n)
-    an = _poly(_C1, u) + m[-1] / math.sqrt(mm)
-    if n > 5:
-        an1 = _poly(_C2, u) + m[-2] / math.sqrt(mm)
-        phi = (mm - 2 * m[-1] ** 2 - 2 * m[-2] ** 2) / (1 - 2 * an ** 2 - 2 * an1 ** 2)
-        a[:] = m / math.sqrt(phi)
-        a[-1], a[-2], a[0], a[1] = an, an1, -an, -an1
-    else:
-        phi = (mm - 2 * m[-1] ** 2) / (1 - 2 * an ** 2)
-        a[:] = m / math.sqrt(phi)
-        a[-1], a[0] = an, -an
-    return a
-
-
-def shapiro_wilk_w(values: Sequence[float] | np.ndarray, *, presorted: bool = False) -> float:
-    """The W statistic of ``values`` (at least 3); 1.0 when all values are equal (no evidence)."""
     x = np.asarray(values, dtype=np.float64)
-    if not presorted:
-        x = np.sort(x)
-    ss = float(((x - x.mean()) ** 2).sum())
-    if ss <= 0.0:
+    if x.size < 3:
+        raise ValueError(f"the Shapiro–Wilk test needs at least 3 values, got {x.size}")
+    if np.ptp(x) <= 0.0:
         return 1.0
-    w = float(shapiro_wilk_weights(x.size) @ x) ** 2 / ss
-    return min(w, 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return min(float(stats.shapiro(x).statistic), 1.0)
 
 
 class Detector(Defense):
