@@ -10,7 +10,8 @@ and this module fills it with that file of ``mebench report results/<set>`` (run
 a temporary folder), preceded by a caption naming the records behind it: how many seed-runs, their
 code identities (``summary.json`` ``code_identity``, else the git commit they ran at) and victim
 builds (sha256 prefix and test accuracy), saying so when they span several. ``#<heading words>``
-keeps only the section whose heading contains those words. ``--check`` changes nothing and exits 1
+keeps only the section whose heading contains those words, ``#<heading words>!table`` only its
+first table. ``--check`` changes nothing and exits 1
 when a page differs from what the records give (CI; ``contract_tests/test_docs.py``).
 
 The module also parses the one place reference defaults are cited, the "Defaults and their
@@ -131,7 +132,10 @@ def clean_report(text: str, section: str, replace: dict[str, str]) -> str:
         line = _LINK.sub(lambda m: "" if m[1] else m[2], line)
         lines.append("#" + line if line.startswith("#") else line)
     if section:
-        lines = _section(lines, section)
+        words, _, only = section.partition("!")
+        lines = _section(lines, words.strip())
+        if only.strip() == "table":
+            lines = _first_table(lines)
     body = "\n".join(lines).strip("\n")
     return re.sub(r"\n{3,}", "\n\n", body)
 
@@ -148,6 +152,17 @@ def _section(lines: list[str], words: str) -> list[str]:
                 out.append(nxt)
             return out
     raise ValueError(f"no heading containing {words!r} in the report")
+
+
+def _first_table(lines: list[str]) -> list[str]:
+    """The section cut after its first Markdown table (``#<words>!table``: a headline, not the whole report)."""
+    in_table = False
+    for i, line in enumerate(lines):
+        if line.startswith("|"):
+            in_table = True
+        elif in_table:
+            return lines[:i]
+    return lines
 
 
 def render_set(root: Path, set_name: str, out: Path) -> dict[str, str]:
