@@ -7,7 +7,6 @@ oracle and query store.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 from pathlib import Path
@@ -22,6 +21,7 @@ from mebench.attacks import ATTACKS, AttackContext
 from mebench.attacks import activethief as at
 from mebench.attacks import selection as sel
 from mebench.config import build_dataclass
+from mebench.docs import cited_defaults
 from mebench.validation import load_config
 from mebench.data.cache import QueryStore
 from mebench.data.pools import Pool
@@ -31,6 +31,9 @@ from mebench.errors import ConfigError, DivergenceError
 from mebench.oracle import Oracle
 from mebench.state import EngineState
 from mebench.victims.wrapper import FrozenVictim
+
+#: The attack pages: "Defaults and their source" is the one place a default is cited.
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "attacks"
 
 SHAPE, K = (1, 4, 4), 4
 FAST = dict(rounds=3, max_epochs=4, patience=2, batch_size=32, candidate_factor=4.0, dfal_prefilter=40)
@@ -172,25 +175,17 @@ def test_params_validation():
             at.ActiveThief.check_params(at.ActiveThiefParams(**{key: bad}), 1000, (1000,))
 
 
-REFERENCE_LINE = re.compile(r"^- (?P<field>[a-z_]+(?:\.[a-z_]+)?) = (?P<value>\S+)  \((?P<source>.+)\)$")
-
-
 def _cited_reference_values() -> dict[str, object]:
-    """``- field = value  (source)`` lines of the module docstring; every ``- `` line must parse."""
-    cited: dict[str, object] = {}
-    for line in (at.__doc__ or "").splitlines():
-        if not line.startswith("- "):
-            continue
-        m = REFERENCE_LINE.match(line)
-        assert m, f"reference line does not parse: {line!r}"
-        assert m["field"] not in cited, f"{m['field']} cited twice"
-        assert re.search(r"\bpaper\b|[\w/]+\.(py|md):\d+", m["source"]), f"no paper or file:line in {line!r}"
-        cited[m["field"]] = ast.literal_eval(m["value"])
-    return cited
+    """The page's "Defaults and their source" lines (mebench.docs.cited_defaults, the one parser);
+    every one cites the paper or a ``file:line``."""
+    cited = cited_defaults(DOCS / "activethief.md")
+    for field, (_, source, _) in cited.items():
+        assert re.search(r"\bpaper\b|[\w/]+\.(py|md):\d+", source), f"no paper or file:line for {field}: {source!r}"
+    return {field: value for field, (value, _, _) in cited.items()}
 
 
 # contract 8 (Track B runs the attack's native loop): the native loop's defaults are the authors'
-# procedure, and every procedure field cites its source in the module docstring.
+# procedure, and every procedure field cites its source on its docs page (docs/attacks/activethief.md).
 def test_defaults_are_the_cited_reference_values():
     cited = _cited_reference_values()
     fields = {f.name for f in dataclasses.fields(at.ActiveThiefParams)} - set(at.NOT_PROCEDURE)

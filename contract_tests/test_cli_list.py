@@ -5,15 +5,18 @@ from __future__ import annotations
 import pytest
 
 from mebench import __version__
+from mebench.identity import code_identity
 from mebench.attacks import ATTACKS
 from mebench.cli import main
 from mebench.data.profiles import PROFILES
 
 
+# `--version` prints the code identity (version + source digest) results are stored and matched by.
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(["--version"])
-    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"mebench {__version__}"
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"mebench {code_identity()}"
+    assert code_identity().startswith(f"{__version__}+src.") and __version__ == "1.1.0"
 
 
 def test_list_attacks_names_every_attack_with_paper_and_modes(capsys: pytest.CaptureFixture[str]) -> None:

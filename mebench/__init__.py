@@ -1,3 +1,3 @@
 """mebench: a contract-true benchmark for model extraction attacks on image classifiers."""
 
-__version__ = "0.1.0"
+__version__ = "1.1.0"

@@ -1,4 +1,4 @@
-"""The ``mebench`` command: ``run``, ``victim train|export``, ``report`` and ``list``.
+"""The ``mebench`` command: ``run``, ``victim train|export``, ``report``, ``docs`` and ``list``.
 
 Config mistakes exit with status 2 and one line ``mebench: config error: ...``
 before any data is read or any run folder is created; other failures exit 1
@@ -39,10 +39,11 @@ class StrictParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mebench import __version__
+    from mebench.identity import code_identity
 
     p = StrictParser(prog="mebench", description="Model extraction benchmark (contract v1.0)")
-    p.add_argument("--version", action="version", version=f"mebench {__version__}")
+    # The code identity (version + source digest), the key results are stored and matched by.
+    p.add_argument("--version", action="version", version=f"mebench {code_identity()}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a config: collect queries, score Track A/B at every checkpoint")
     r.add_argument("config", type=Path, help="run config (YAML), e.g. configs/mnist_lenet5_random_soft.yaml")
@@ -88,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Its arguments (and --help) belong to mebench.report.cli, which main() hands them to unparsed.
     sub.add_parser("report", add_help=False,
                    help="curves, leaderboard and comparisons from runs or JSON reports (mebench report --help)")
+    sub.add_parser("docs", add_help=False,  # its arguments belong to mebench.docs (mebench docs --help)
+                   help="regenerate the result tables of README.md and docs/ from results/ (--check: CI)")
     ls = sub.add_parser("list", help="registered attacks and defenses (paper, modes), datasets, models; victims")
     ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
@@ -271,7 +274,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv[:1] if argv[:1] == ["report"] else argv)
+    args = build_parser().parse_args(argv[:1] if argv[:1] in (["report"], ["docs"]) else argv)
     interrupt_on_sigterm()
     try:
         if args.command == "run":
@@ -280,6 +283,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_victim_export(args) if args.victim_command == "export" else cmd_victim_train(args)
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "docs":
+            from mebench.docs import main as docs_main
+
+            return docs_main(argv[1:])
         return cmd_report(argv[1:])
     except ConfigError as e:
         print(f"mebench: config error: {_one_line(e)}", file=sys.stderr)

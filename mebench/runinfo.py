@@ -33,8 +33,12 @@ VERSIONED_PACKAGES: tuple[str, ...] = ("mebench", "torch", "torchvision", "numpy
 @lru_cache(maxsize=1)
 def library_versions() -> dict[str, str]:
     """Python's and the installed versions of ``VERSIONED_PACKAGES`` (read without importing them)."""
-    versions = {"python": sys.version.split()[0]}
-    for name in VERSIONED_PACKAGES:
+    import mebench
+
+    # mebench's own version is the imported code's (its distribution is "mebench-contract", and a
+    # checkout on PYTHONPATH may differ from the installed one).
+    versions = {"python": sys.version.split()[0], "mebench": mebench.__version__}
+    for name in VERSIONED_PACKAGES[1:]:
         try:
             versions[name] = importlib_metadata.version(name)
         except importlib_metadata.PackageNotFoundError:

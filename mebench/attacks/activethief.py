@@ -1,46 +1,10 @@
 """ActiveThief (Pal et al., AAAI 2020): pool-based active learning for model extraction.
 
 The attack loop (seed and validation sets, rounds of training from scratch and selection by
-``mebench.attacks.selection``, a round ending at every checkpoint) is described once, in the
-README ("ActiveThief"); this docstring keeps the reference values and their sources.
-
-Paper: https://ojs.aaai.org/index.php/AAAI/article/view/5432 (sections
-"Experimental Setup" and "Training regime"). Code: the authors'
-github.com/shukla-aditya-csa/activethief at commit 35a505d; ``file:line`` below
-is in that repository. The defaults of ``ActiveThiefParams`` are these values,
-one ``- field = default  (source)`` per line (checked by a contract test):
-
-- initial_fraction = 0.1  (paper, Experimental Setup: initial seed = 10 % of the budget)
-- val_fraction = 0.2  (paper, Experimental Setup: validation = 20 % of the budget)
-- rounds = 10  (README.md:15 --num_iter 10; utils/model.py:344)
-- max_epochs = 1000  (paper, Training regime; cfg.py:45)
-- batch_size = 150  (paper, Training regime, images; cfg.py:43 defaults to 50, the paper's text value)
-- patience = 100  (paper, Training regime, images; cfg.py:47 defaults to 20, the paper's text value)
-- optimizer.name = "adam"  (generic_program.py:186-187; paper, Training regime)
-- optimizer.lr = 0.001  (generic_program.py:187, Adam's default; paper, Training regime)
-- optimizer.weight_decay = 0.001  (paper, Training regime: L2 0.001; models/cnn.py:87 declares it but models/nn.py:89-94 leaves it out of the loss)
-- max_steps = None  (no step cap: utils/model.py:385)
-- candidate_factor = None  (the whole unlabelled pool is scored: utils/model.py:483-499, 509-517)
-- dfal_prefilter = None  (rho = the total budget: utils/model.py:274, 515)
-- dfal_max_iter = 20  (sss/adversarial_sss.py:36, 48)
-- dfal_early_stop = False  (fixed iterations: attacks/deepfool.py:31, 66-68, 185-186)
-- dfal_space = "probs"  (softmax: attacks/deepfool.py:195, models/nn.py:113)
-- dfal_classes = None  (all classes: attacks/deepfool.py:197)
-- dfal_overshoot = 0.01  (eta: attacks/deepfool.py:31, 81, 189)
-- dfal_step = "gap"  (dx = |dp|/||dg|| * dg: attacks/deepfool.py:204-217)
-
-Fixed behaviour, with its source: validation macro-F1 on the victim's argmax
-(utils/model.py:430, 121-154), best epoch restored (utils/model.py:432-437,
-457), retrained from scratch each round (utils/model.py:349-351); uncertainty
-is the entropy of the substitute's softmax (sss/uncertainty_sss.py:36-37);
-k-center is greedy in the substitute's softmax space with L2 distance, its
-initial centers the labelled training images (utils/model.py:243-254, 513;
-utils/kcenter.py:30-39; sss/kcenter_sss.py:56-72); DFAL ranks by the size of
-the final perturbation (sss/adversarial_sss.py:51-59, 91). Not parameters
-here: dropout belongs to the substitute architecture (paper 0.1; the code's
-cfg.py:37 keeps 0.5), and the loss follows the output mode (the KL used for
-``soft_prob`` has the gradient of the authors' soft cross-entropy,
-models/nn.py:87-89).
+``mebench.attacks.selection``, a round ending at every checkpoint), the reference values
+(shukla-aditya-csa/activethief at 35a505d and the paper) with their sources, and the deviations
+are documented once, in ``docs/attacks/activethief.md``; a contract test checks
+``ActiveThiefParams``' defaults against that page.
 """
 
 from __future__ import annotations
@@ -74,7 +38,7 @@ RANDOM_KINDS = ("seed", "val")
 
 @dataclass(frozen=True)
 class ActiveThiefParams:
-    """``attack.params`` of ActiveThief; the defaults are the authors' procedure (module docstring).
+    """``attack.params`` of ActiveThief; the defaults are the authors' procedure (cited in docs/attacks/activethief.md).
 
     ``strategy`` and ``schedule`` choose the variant; ``chunk_size`` only bounds memory.
     """
@@ -117,7 +81,7 @@ def _split(start: int, total: int, parts: int) -> list[Phase]:
 
 
 def _segment(a: int, b: int, p: ActiveThiefParams, first: bool) -> list[Phase]:
-    """The phases of one planned run over queries ``(a, b]`` (see the module docstring)."""
+    """The phases of one planned run over queries ``(a, b]`` (docs/attacks/activethief.md)."""
     n = b - a
     n_val = round(p.val_fraction * n)
     if first:

@@ -1,15 +1,9 @@
-"""Null controls of the ``data_free`` mode: method-free query sources DFME is reported against.
+"""Null controls of the ``data_free`` mode: ``untrained_generator`` (DFME's generator at its seeded
+initialization, never trained) and ``smooth_noise`` (smooth Gaussian fields).
 
-- ``untrained_generator``: DFME's generator at its seeded initialization, never trained.
-  For the same run seed its weights are those of DFME's generator before the first
-  update, and it samples the way DFME samples student images (train-mode batch norm,
-  DFME's batch size, DFME's pixel map), so the gain of DFME over it is the gain of
-  training the generator.
-- ``smooth_noise``: a Gaussian field of ``field_size x field_size`` per channel,
-  bilinearly upsampled to the input size, pixels ``(tanh(gain * z) + 1) / 2``.
-
-Neither reads the oracle's answers (``observe`` is the base class no-op), so their
-queries depend on the run seed only; both report Track A only.
+Neither reads the oracle's answers (``observe`` is the base class no-op), so their queries depend
+on the run seed only; both report Track A only. Pages: ``docs/attacks/untrained_generator.md``,
+``docs/attacks/smooth_noise.md``.
 """
 
 from __future__ import annotations

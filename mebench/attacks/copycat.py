@@ -1,27 +1,9 @@
-"""CopycatCNN (Correia-Silva, Berriel, Badue, de Souza, Oliveira-Santos, "Copycat CNN: Stealing
-Knowledge by Persuading Confession with Random Non-Labeled Data", IJCNN 2018): random
-non-problem-domain images labelled with the victim's hard labels, and a copycat trained on them.
+"""CopycatCNN (Correia-Silva et al., IJCNN 2018): non-problem-domain images labelled with the
+victim's hard labels, and a copycat trained on them.
 
-Reference code: the authors' PyTorch framework, github.com/jeiks/Stealing_DL_Models at 27e0346,
-``Framework/copycat/train.py`` (the images of the non-problem-domain list labelled by the
-oracle's top-1 class, ``Framework/copycat/label_data.py``). The defaults of ``CopycatParams``
-are these values, one ``- field = default  (source)`` per line:
-
-- batch_size = 32  (Framework/copycat/train.py:37)
-- epochs = 10  (Framework/copycat/train.py:38)
-- lr = 0.0001  (Framework/copycat/train.py:50)
-- momentum = 0.9  (Framework/copycat/train.py:50)
-- weight_decay = 0.0  (Framework/copycat/train.py:50: no weight decay)
-- lr_step = None  (Framework/copycat/train.py:50: a constant learning rate)
-- lr_gamma = 0.1  (Framework/copycat/train.py:50: unused, no schedule)
-
-Only ``hard_top1`` (the attack's premise is labels, never probabilities) and only ``surrogate``
-mode (the images come from outside the victim's problem domain). Track B is the copycat: at every
-checkpoint a fresh substitute trained by the recipe above with cross-entropy on the first B
-labels. Deviations: the batches are reshuffled every epoch (the reference's ``DataLoader`` keeps
-the image list's order, train.py:47); the substitute is mebench's ``substitute.arch`` trained
-from scratch (the paper fine-tunes an ImageNet-pretrained VGG-16, which no MNIST-sized victim
-calls for).
+Reference code (jeiks/Stealing_DL_Models at 27e0346), defaults with their ``file:line`` and
+deviations: ``docs/attacks/copycat.md``; a contract test checks ``CopycatParams``' defaults against
+that page.
 """
 
 from __future__ import annotations
@@ -35,7 +17,7 @@ from mebench.attacks.knockoff import RandomPoolWithRecipe
 
 @dataclass(frozen=True)
 class CopycatParams:
-    """``attack.params`` of ``copycat``; the defaults are the reference procedure (module docstring)."""
+    """``attack.params`` of ``copycat``; the defaults are the reference procedure (cited in docs/attacks/copycat.md)."""
 
     batch_size: int = 32
     epochs: int = 10

@@ -1,44 +1,12 @@
 """DFME: data-free model extraction with a generator and zeroth-order gradients.
 
-Truong, Maini, Walls, Papernot, "Data-Free Model Extraction", CVPR 2021 (arXiv:2011.14779).
-A generator G maps Gaussian noise to images; the student S learns to match the victim's
-logits, recovered from its probabilities as ``log p - mean(log p)`` (l1 loss), while G
-ascends that disagreement along a forward-difference estimate of the victim's gradient.
-Every image sent to the oracle counts, the m perturbed probes included: one iteration
-costs ``batch_size * (generator_steps * (grad_m + 1) + student_steps)`` queries.
+Truong, Maini, Walls, Papernot, "Data-Free Model Extraction", CVPR 2021 (arXiv:2011.14779). Every
+image sent to the oracle counts, the m perturbed probes included: one iteration costs
+``batch_size * (generator_steps * (grad_m + 1) + student_steps)`` queries.
 
-Reference values: github.com/cake-lab/datafree-model-extraction at 525b76c (2022-01-14),
-``file:line`` in that tree. They are the ``Params`` defaults for every dataset (the
-reference sets only CIFAR-10 and SVHN; no MNIST):
-
-- batch_size = 256  (dfme/train.py:182)
-- grad_m = 1  (dfme/train.py:220, run_cifar_dfme.sh:3)
-- grad_epsilon = 0.001  (dfme/train.py:221)
-- generator_steps = 1  (dfme/train.py:185)
-- student_steps = 5  (dfme/train.py:186)
-- nz = 256  (dfme/train.py:190, dfme/train.py:355)
-- generator_width = 64  (dfme/network/gan.py:14, dfme/train.py:355)
-- lr_student = 0.1  (dfme/train.py:188)
-- lr_generator = 0.0001  (dfme/train.py:189, run_cifar_dfme.sh:3)
-- momentum = 0.9  (dfme/train.py:382)
-- weight_decay = 0.0005  (dfme/train.py:202, dfme/train.py:382)
-- lr_gamma = 0.3  (dfme/train.py:197)
-- lr_milestones = (0.1, 0.3, 0.5)  (dfme/train.py:196)
-- pixel_map = 'normalized_tanh'  (dfme/train.py:321, dfme/approximate_gradients.py:44, dfme/dataloader.py:58)
-
-Fixed in the code, as in the reference:
-
-- query budget: 20M on CIFAR-10  (dfme/train.py:183, run_cifar_dfme.sh:3); here ``budget.max_budget``
-- losses: l1 for S and G  (dfme/train.py:194, dfme/train.py:33, dfme/approximate_gradients.py:90)
-- logit correction: log-softmax minus its mean  (dfme/train.py:229, dfme/approximate_gradients.py:71-75)
-- gradient estimate: d/eps (f(a + eps u) - f(a)) u, mean over m, divided by classes x batch
-  (dfme/approximate_gradients.py:93-104)
-- optimizers: S SGD, G Adam with torch defaults, multistep schedule  (dfme/train.py:382-395)
-- batch-norm modes: S in eval mode for the probes, G in train mode throughout training
-  (dfme/approximate_gradients.py:23, dfme/train.py:74)
-
-The deviations from the reference and their measured effect are listed once, in the
-README ("DFME").
+The procedure, the reference values (cake-lab/datafree-model-extraction at 525b76c) with their
+``file:line``, the fixed behaviour and the deviations are documented once, in
+``docs/attacks/dfme.md``; a contract test checks ``Params``' defaults against that page.
 """
 
 from __future__ import annotations
@@ -64,7 +32,7 @@ PROB_FLOOR = 1e-30
 
 @dataclass(frozen=True)
 class Params:
-    """DFME hyperparameters; the defaults are the reference's (module docstring)."""
+    """DFME hyperparameters; the defaults are the reference's (cited in docs/attacks/dfme.md)."""
 
     batch_size: int = 256
     grad_m: int = 1

@@ -1,68 +1,9 @@
-"""DFMS and DFMS-HL: model stealing with a GAN pretrained on a proxy distribution.
+"""DFMS and DFMS-HL (Sanyal, Addepalli, Babu, CVPR 2022): model stealing with a GAN pretrained on a
+proxy distribution (the attacker's surrogate pool, never the victim's data).
 
-Sanyal, Addepalli, Babu, "Towards Data-Free Model Stealing in a Hard Label Setting", CVPR 2022
-(arXiv:2204.11022). A DCGAN learns the proxy distribution (the attacker's surrogate pool: for an
-MNIST victim, FashionMNIST; never the victim's own data); the clone is first trained on
-victim-labelled proxy and GAN images, the generator is then pushed towards images the clone
-spreads over all classes (the class-diversity loss), and the attack alternates clone, generator
-and discriminator steps on fresh GAN images labelled by the victim.
-
-Reference code: github.com/val-iisc/Hard-Label-Model-Stealing at d2e3010 (hard labels, CIFAR-10
-victims only; ``file:line`` in that tree; RS = run_cifar10_rand_class_resnet.sh, DC =
-code/train_generator/dcgan.py, TG = train_gen.py, TGC = train_generator_clone.py, TS =
-code/train_student/train_student.py). Its stages, and what each costs here:
-
-1. DCGAN on the proxy pool (RS:4, DC:287-371): Adam 2e-4, betas (0.5, 0.999), batch 64,
-   non-saturating BCE, ``gan_epochs`` over the pool. No query.
-2. Initial set (TS:305-402): ``n_init`` images, ``proxy_ratio`` of them drawn from the pool
-   without replacement, the rest sampled from the GAN, labelled by the victim: ``n_init`` queries.
-   ``n_init = ceil(init_fraction · max_budget)``: the reference spends 50,000 of its 8M queries
-   (0.625 %) on each initial set; here the same share of the run's budget.
-3. Clone from scratch on that set (TS:93-95, 517-520): SGD 0.1, momentum 0.9, weight decay 5e-4,
-   cosine over ``clone_epochs`` epochs, batch 128, pad-4 crop and flip.
-4. DivGAN (RS:20, TG:403-499): the stage-1 generator, a fresh discriminator, the stage-3 clone
-   frozen; generator loss BCE + ``div_weight_divgan`` · Σ ᾱ log ᾱ (ᾱ: the clone's mean softmax
-   over the batch), ``divgan_epochs`` epochs over the pool. No query.
-5. A second initial set from the pool and the DivGAN generator (``n_init`` queries) and a new
-   clone from scratch on it (RS:24).
-6. The attack (RS:33, TGC:522-754), ``batch_size`` queries per iteration until the budget is
-   spent: ``x = G(z)``; the victim labels an AutoAugment copy of ``x`` (one random CIFAR
-   sub-policy per image, TGC:539-546) and the clone takes one SGD step on it (lr
-   ``student_lr`` = 0.01, momentum 0.9, weight decay 5e-4, cosine over the iterations); the
-   generator takes one Adam step on BCE(D(x), 1) + ``div_weight`` · Σ ᾱ log ᾱ with the updated
-   clone in eval mode; the discriminator one step on a real pool batch against ``x``.
-
-The ``Params`` defaults, one ``- field = default  (source)`` per line:
-
-- batch_size = 64  (RS:33 --batch_size 64; DC batch 64)
-- latent_dim = 100  (code/train_generator/dcgan_model.py nz)
-- generator_width = 64  (dcgan_model.py ngf)
-- disc_width = 64  (dcgan_model.py ndf)
-- gan_epochs = 200  (RS:4 --niter 200)
-- divgan_epochs = 100  (RS:20 --niter 100)
-- gan_lr = 0.0002  (DC:82-83, TG:313-314, TGC:144-145)
-- gan_beta1 = 0.5  (DC:258-259)
-- div_weight_divgan = 10.0  (RS:20 --d_l 10)
-- div_weight = 500.0  (RS:33 --d_l 500; TGC:164)
-- init_fraction = 0.00625  (TS:234-240: 50,000 images per initial set, of NQ = 8M)
-- proxy_ratio = 0.5  (TS:305-335: 40-class and synthetic proxies, half proxy, half GAN)
-- clone_epochs = 200  (TS:93-95 cosine T_max 200)
-- gan_pool_size = None  (the whole pool; the reference's proxies hold 5k, 20k or 50k images, DC:139-174)
-- clone_lr = 0.1  (TS:93)
-- clone_batch_size = 128  (TS:213)
-- student_lr = 0.01  (TGC:160)
-- momentum = 0.9  (TS:93, TGC:423)
-- weight_decay = 0.0005  (TS:93, TGC:423)
-
-``dfms`` is the soft-label variant: the same procedure with the clone's loss the KL divergence
-to the victim's probabilities (the released code holds no soft-label code; the paper's DFMS-SL
-loss is not given in it, so this is mebench's choice). ``dfms_hl`` reads top-1 labels only and is
-refused for ``soft_prob``. Architectures (28×28 and 8×8 inputs, not the reference's 32×32): the
-generator is mebench's DFME/MAZE generator family with a learned last batch norm and ``tanh``
-(pixels ``(tanh(a) + 1) / 2``, the reference's [-1, 1] images seen by a victim normalised with
-0.5, 0.5); the discriminator is a DCGAN one (4×4 stride-2 convolutions, batch norm, leaky ReLU
-0.2) ending in a linear layer. Deviations and their measured effect are listed in the README
-("DFMS and DFMS-HL").
+The six stages, the reference code (val-iisc/Hard-Label-Model-Stealing at d2e3010) with the source
+of every default, the named CPU variants and the deviations are documented once, in
+``docs/attacks/dfms.md``.
 """
 
 from __future__ import annotations
@@ -92,7 +33,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Params:
-    """DFMS hyperparameters; the defaults are the reference's (module docstring)."""
+    """DFMS hyperparameters; the defaults are the reference's (cited in docs/attacks/dfms.md)."""
 
     batch_size: int = 64
     latent_dim: int = 100

@@ -1,58 +1,9 @@
-"""Black-box Dissector: Wang, Li, Liu, Wang, Wu, Huang, Ji, "Black-box Dissector: Towards
-Erasing-based Hard-Label Model Stealing Attack", ECCV 2022 (arXiv:2105.00623).
+"""Black-box Dissector (Wang et al., ECCV 2022): hard-label stealing with CAM-driven erasing and
+random-erasing self-knowledge distillation, in rounds.
 
-A hard-label attack on a natural-image pool, in rounds. After each round the substitute is
-retrained, and the next round's queries are
-
-- **CAM-driven erasing (CDE)**: a quarter of the round's queries re-ask the victim about images
-  it has already labelled, with a box erased where the substitute's Grad-CAM peaks: of 10 erased
-  variants of an image the one that gives the victim's label the lowest substitute probability,
-  and of those, the images whose variant the substitute is most confident about;
-- the rest: new random pool images.
-
-The substitute of a round is trained twice from scratch: once on the answered images (queried
-originals and erased images, one-hot victim labels), which pseudo-labels as many unqueried pool
-images as have been queried (the mean substitute softmax over 10 random erasings, never sent to
-the victim: **random-erasing self-knowledge distillation**), then once on answered plus
-pseudo-labelled images with the soft cross-entropy; the second model drives the next CDE step and
-is Track B.
-
-Reference code: github.com/yxwang-10/Blackbox-Dissector at 5b4dc6b, ``file:line`` in that tree.
-The ``Params`` defaults, one ``- field = default  (source)`` per line:
-
-- initial_budget = 100  (attack.py:48)
-- splits = (100,200,500,800,1000,2000,5000,10000,20000,30000)  (attack.py:677: answers at each round's training)
-- erase_rate = 0.25  (attack.py:60)
-- num_erasings = 10  (attack.py:410, 455-457; get_pseudo_label attack.py:102-110)
-- erase_area_low = 0.02  (my_transform.py:109-152, RandomErasing's sl)
-- erase_area_high = 0.1  (attack.py:415: PrioriPatchErasing sh=0.1)
-- erase_ratio = 0.3  (my_transform.py:109-152, r1)
-- epochs = 200  (attack.py:47)
-- batch_size = 128  (attack.py:689, 706)
-- lr = 0.02  (attack.py:53)
-- momentum = 0.9  (attack.py:54)
-- weight_decay = 0.0005  (attack.py:55)
-- lr_step = 60  (attack.py:59, 536)
-- lr_gamma = 0.1  (attack.py:536)
-
-As in the reference: Grad-CAM on the substitute for its own top class (attack.py:186-236), channel
-weights the spatial mean of the gradients, CAM = ReLU(Σ w·A) resized to the input and min–max
-normalised, taken at the substitute's last convolution (the reference picks a late block per
-architecture, attack.py:418-442); the erased box covers the CAM's peak and is filled with the
-dataset's mean (my_transform.py:184-231); each original is erased at most once (attack.py:716);
-when too few unerased originals are left the rest of the round is new originals (attack.py:728-738).
-
-Where mebench differs from the reference (listed in the README with their effect):
-
-- the reference sends its whole pool to the victim before the attack and reads the stored labels
-  (build_transferset.py:82-118, attack.py:663-673, 741-743); here only what is queried is known,
-  and every image the victim sees is counted (originals and erased copies);
-- rounds end at mebench's checkpoints too (the reference's ``splits`` past the budget are dropped,
-  each checkpoint added): Track B at a checkpoint is that round's second model;
-- the reference keeps the epoch with the best accuracy on the victim's *test* split
-  (attack.py:547-554); a mebench attack never reads the test split (§8): the last epoch is kept;
-- images are the pool's own size (the reference erases on a 224x224 crop of ImageNet images, then
-  resizes); no training augmentation (the reference crops and flips CIFAR-size images).
+The procedure, the reference code (yxwang-10/Blackbox-Dissector at 5b4dc6b) with ``file:line`` for
+every default, and the deviations are documented once, in ``docs/attacks/dissector.md``; a
+contract test checks ``DissectorParams``' defaults against that page.
 """
 
 from __future__ import annotations
@@ -77,7 +28,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DissectorParams:
-    """``attack.params`` of ``dissector``; the defaults are the reference procedure (module docstring)."""
+    """``attack.params`` of ``dissector``; the defaults are the reference procedure (cited in docs/attacks/dissector.md)."""
 
     initial_budget: int = 100
     splits: tuple[int, ...] = (100, 200, 500, 800, 1000, 2000, 5000, 10000, 20000, 30000)

@@ -1,96 +1,11 @@
-"""JBDA and its PRADA variants: Jacobian-based dataset augmentation.
+"""JBDA and its PRADA variants (``jb_self``, ``jb_top``): Jacobian-based dataset augmentation.
 
-Papernot, McDaniel, Goodfellow, Jha, Celik, Swami, "Practical Black-Box Attacks against Machine
-Learning", AsiaCCS 2017 (JBDA), and Juuti, Szyller, Marchal, Asokan, "PRADA: Protecting against
-DNN Model Stealing Attacks", EuroS&P 2019 (the JBDA-TR variants ``jb-self`` and ``jb-top<k>``).
-
-Reference code: the implementation behind Table 1 of Orekondy et al., "Prediction Poisoning",
-ICLR 2020 (the table mebench's README reproduces): github.com/tribhuvanesh/prediction-poisoning
-at 1ddff8b, ``defenses/adversary/jacobian.py`` (``JacobianAdversary``), whose training routine
-is github.com/tribhuvanesh/knockoffnets at b830985, ``knockoff/utils/model.py`` (``train_model``).
-``file:line`` below is in those trees; the defaults of ``JbdaParams`` are these values, one
-``- field = default  (source)`` per line (checked by a contract test):
-
-- augmentation = 'jbda'  (jacobian.py:52, 73, 143-148)
-- step_size = 0.1  (jacobian.py:183, 243)
-- tau = 5  (jacobian.py:362-363)
-- kappa = None  (jacobian.py:360-361)
-- sigma = 3  (jacobian.py:360)
-- topk = 3  (jacobian.py:76-78: jbtop3, PRADA's jb-top3)
-- pgd_steps = 8  (jacobian.py:322)
-- pgd_alpha = 0.01  (jacobian.py:277)
-- batch_size = 64  (jacobian.py:353, knockoff/config.py:24)
-- round_epochs = 20  (jacobian.py:364)
-- round_lr = 0.1  (jacobian.py:133)
-- final_epochs = 100  (jacobian.py:52, 160)
-- final_lr = 0.01  (jacobian.py:161)
-- momentum = 0.9  (jacobian.py:134, 161)
-- weight_decay = 0.0005  (knockoff/utils/model.py:193)
-- lr_step = 30  (knockoff/utils/model.py:156, not overridden by jacobian.py:131-135)
-- lr_gamma = 0.1  (jacobian.py:134, 162)
-- norm_mean = 0.1307  (knockoff/datasets/__init__.py:68, 86-91: the 'mnist' family's Normalize)
-- norm_std = 0.3081  (knockoff/datasets/__init__.py:69, 86-91)
-* step_space = 'pixel'  (Papernot et al. 2017 take λ on [0, 1] pixels; 'normalized' is the reference code's space)
-* dataset_update = 'union'  (Papernot et al. 2017's D ← D ∪ augmented; 'reference_inplace' is the reference code's)
-* stored_image = 'queried'  (a query's answer belongs to the image queried; 'reference_x_plus_delta' is the reference code's jb-self)
-
-``step_space: normalized`` is a named variant that reproduces the reference code's arithmetic:
-its victim takes inputs normalized by (``norm_mean``, ``norm_std``) (the MNIST family's values,
-used for FashionMNIST too), and the step, the clip of x + δ to [0, 1] (jacobian.py:316-317) and
-the jb-top radius and PGD step all act on those normalized values. In pixels that is a step of
-λ·std (0.031), and the clip keeps every augmented image in [mean, mean + std] = [0.13, 0.44]: a
-first round squashes each image's contrast, and later rounds augment the squashed images.
-
-``dataset_update: reference_inplace`` (``jbda`` and ``jb_self`` only) is a named variant that
-reproduces how the reference code keeps its data set D. ``jacobian_augmentation`` takes
-``D_sampled = self.D`` (jacobian.py:187, no copy unless ``kappa`` sampling applies, jacobian.py:
-177-181, 185), writes each augmented image and its answer over the row it came from
-(jacobian.py:234-235) and returns ``cat([self.D, D_sampled])`` (jacobian.py:237-238), the same
-tensor twice. After round r, D is 2^(r+1) copies of the 100 latest augmentations: the next round
-queries each of them 2^(r+1) times (the victim answers every copy, and every copy is charged), the
-round models and the final model train on those copies alone, and at any budget the attacker's
-data holds about 100 distinct images. A round cut by the budget rewrites only its first rows
-(jacobian.py:189-196: a view of D). mebench represents D as positions in the answer log, so the
-answer each row holds is the one the victim gave; at a checkpoint inside a round, Track B trains
-on D with the rows answered so far rewritten (the reference never scores mid-round).
-
-``stored_image: reference_x_plus_delta`` (``jb_self`` only) is a named variant that reproduces
-what the reference code's jb-self keeps: it queries x − δ (jacobian.py:223-224) but writes
-x + δ into D with that answer (jacobian.py:234-235), so the attacker's round and final models
-train on images the victim never saw, each labelled with its mirror image's answer, and the next
-round augments those. The oracle and the answer log are untouched (the victim sees x − δ, and
-Track A trains on what it saw); only the attack's own data set holds x + δ.
-
-The procedure (jacobian.py:117-168), every image the victim sees counted by the oracle:
-
-1. The seed set is queried: the ``dataset.seed_size`` victim-train images of ``seed`` mode
-   (the reference's ``--seedsize``, default 100, jacobian.py:358, 398), or as many images drawn
-   at random from the pool in ``surrogate`` mode.
-2. Round r = 0, 1, ...: a fresh substitute is trained on everything answered so far for
-   ``round_epochs`` epochs (SGD, ``round_lr``), and every image answered so far (from round
-   ``sigma`` on a random ``kappa`` of them when ``kappa`` is set) is augmented, in answer order,
-   and the augmented images are queried, cut to the budget left (jacobian.py:189-196):
-   - ``jbda``: x + λ_r sign(∇_x CE(F(x), ŷ)), ŷ the victim's label (jacobian.py:219-222, 302-319);
-   - ``jb_self``: x − λ_r sign(∇_x CE(F(x), ŷ)) (jacobian.py:223-224);
-   - ``jb_top``: for each x, one targeted PGD image (``pgd_steps`` steps of ``pgd_alpha`` on the
-     target logit, projected on the L∞ ball of radius |λ_r|) towards each of the substitute's
-     ``topk`` most likely classes other than ŷ, image-major (jacobian.py:266-287, 322-337);
-   with λ_r = ``step_size`` · (−1)^round(r / ``tau``), Python's half-to-even ``round``
-   (jacobian.py:198-199). |D| doubles every round (jbda, jb_self) or grows (1 + topk)-fold.
-3. Track B: a fresh substitute trained for ``final_epochs`` epochs at ``final_lr`` on everything
-   answered up to the checkpoint (jacobian.py:152-164).
-
-Training as ``train_model`` does it: SGD with ``momentum`` and ``weight_decay``, the learning
-rate times ``lr_gamma`` every ``lr_step`` epochs, the soft cross-entropy on the victim's answers
-(one-hot labels for ``hard_top1``, jacobian.py:94-97, 228-231; mebench's KL and cross-entropy
-have the same gradients). Deviations, each listed in the README: every image is clipped to
-[0, 1] (§2.2; the reference clips δ so that x + δ lies in [0, 1], which leaves jb-self's
-x − δ and the jb-top images up to λ outside it); the jb-top projection
-radius is |λ_r| (the reference's ``clamp(-ε, ε)`` with a negative ε sets every pixel's
-perturbation to ε in the rounds where λ_r < 0); the last model is kept (the reference's
-``train_model`` also tracks the best test accuracy, which a mebench attack never reads, §8); the
-reference's 1-epoch warm-up model (jacobian.py:105-114) queries nothing and is left out; its
-``--rho`` round limit (default: none) is not offered, since the attack runs to the budget.
+Papernot et al., AsiaCCS 2017, and Juuti et al., EuroS&P 2019, following the implementation behind
+Prediction Poisoning's Table 1 (tribhuvanesh/prediction-poisoning at 1ddff8b,
+``defenses/adversary/jacobian.py``). The procedure, every default with its ``file:line``, the
+named variants that reproduce the reference code's quirks (``step_space``, ``dataset_update``,
+``stored_image``) and the deviations are documented once, in ``docs/attacks/jbda.md``; a contract
+test checks ``JbdaParams``' defaults against that page.
 """
 
 from __future__ import annotations
@@ -115,7 +30,7 @@ CHUNK = 4096
 
 @dataclass(frozen=True)
 class JbdaParams:
-    """``attack.params`` of ``jbda``; the defaults are the reference procedure (module docstring)."""
+    """``attack.params`` of ``jbda``; the defaults are the reference procedure (cited in docs/attacks/jbda.md)."""
 
     augmentation: str = "jbda"
     step_size: float = 0.1

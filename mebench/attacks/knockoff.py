@@ -1,63 +1,10 @@
-"""Knockoff Nets (Orekondy, Schiele, Fritz, "Knockoff Nets: Stealing Functionality of Black-Box
-Models", CVPR 2019), strategy ``random``: images drawn uniformly without replacement from the
-attacker's natural-image pool P_A, labelled by the victim, and a knockoff trained on them.
+"""Knockoff Nets (Orekondy, Schiele, Fritz, CVPR 2019): strategy ``random`` (the authors' released
+procedure) and ``adaptive`` (a gradient bandit over the pool's classes, written from the paper's
+section 4.1.2: the authors never released it).
 
-Reference code: github.com/tribhuvanesh/knockoffnets at b830985; ``file:line`` below is in that
-tree. The transfer set is built by ``knockoff/adversary/transfer.py`` (``RandomAdversary``:
-uniform draws without replacement from the pool, transfer.py:62-64) and the knockoff trained by
-``knockoff/adversary/train.py`` with ``knockoff/utils/model.py`` (``train_model``). The defaults
-of ``KnockoffParams`` are these values, one ``- field = default  (source)`` per line:
-
-- batch_size = 64  (adversary/train.py:108)
-- epochs = 100  (adversary/train.py:110)
-- lr = 0.01  (adversary/train.py:112)
-- momentum = 0.5  (adversary/train.py:114, 129: optimizer sgdm)
-- weight_decay = 0.0  (utils/model.py:88: SGD with momentum and no weight decay)
-- lr_step = 60  (adversary/train.py:120, utils/model.py:196)
-- lr_gamma = 0.1  (adversary/train.py:122)
-- strategy = 'random'  (adversary/transfer.py:95-96: the reference's ``--policy``; only random runs there)
-- step_batch = 8  (adversary/transfer.py:104: the reference's query batch; adaptive only)
-
-Parameters of the adaptive strategy that no reference code has, one ``* field = default  (source)``
-per line:
-
-* reward = 'all'  (paper section 4.1.2: certainty, diversity and loss together)
-* diversity_window = 100  (mebench's choice: the paper's window Δ is in its supplement, not read)
-
-Track B is that knockoff: at every checkpoint B a fresh substitute trained for ``epochs`` epochs
-on the first B answers with the soft cross-entropy (``soft_prob``; mebench's KL has its
-gradient) or cross-entropy on the labels (``hard_top1``, the reference's ``--argmaxed``,
-adversary/train.py:128). Prediction Poisoning's Table 1 (the reproduction in mebench's README)
-trained for 50 epochs (prediction-poisoning README.md:171): a named variant, not the default.
-Deviations: the last epoch's model is kept (``train_model`` also tracks the best test accuracy,
-which a mebench attack never reads, §8); every checkpoint trains a fresh model (the reference
-builds one model before its loop over ``--budgets`` and keeps training it from budget to budget,
-adversary/train.py:176-197, so its largest budget's knockoff has also seen every smaller one's
-epochs).
-
-Strategy ``adaptive`` (paper section 4.1.2): the authors never released it (the reference's
-``knockoff/adversary/transfer.py:154-155`` raises ``NotImplementedError``; its
-``adversary/adaptive.py`` samples at random and is never imported; issue #5 of the repository is
-open without an answer), so ``AdaptiveSampler`` is written from the paper. A gradient bandit
-chooses, per query, a class z of the pool's *own* labels (the surrogate dataset's classes; a
-flat, one-level hierarchy, the paper's "without hierarchy" ablation, as the pools here have no
-class tree) with the policy π = softmax(H) and draws an unused pool image of that class; after the
-victim's answer y and the online knockoff's prediction ŷ it takes the reward r and updates
-
-    H(z_t) += α (r − r̄)(1 − π(z_t)),   H(z') −= α (r − r̄) π(z')  for z' ≠ z_t,
-
-with α = 1 / N(z_t) (N: times z_t was chosen) and r̄ the mean of all rewards so far. Rewards,
-each in [0, 1]: certainty y_(1) − y_(2) (margin of the victim's two largest probabilities);
-diversity Σ_k max(0, y_k − ȳ_k), ȳ the mean answer over the last ``diversity_window`` queries;
-loss, the knockoff's cross-entropy on the answer, min–max rescaled over the losses seen so far;
-``all`` is their mean. The online knockoff (a fresh substitute, the recipe's SGD settings) takes
-one step on every answered batch; Track B still trains a fresh knockoff on the transfer set at
-every checkpoint, as for ``random``. Numerics (another implementation's rewards turn NaN/inf:
-a softmax without max-subtraction, log 0, and a division by a zero running std): softmax of H
-minus its max, log-softmax for the loss, min–max scaling with an equal-bounds guard, and every
-reward checked finite. Values the paper's supplement gives and we could not read are named
-parameters: ``step_batch`` 8 (the reference's query batch, transfer.py:104) and
-``diversity_window`` 100.
+The procedure, the reference code (tribhuvanesh/knockoffnets at b830985) with ``file:line`` for
+every default, the named variants and the deviations are documented once, in
+``docs/attacks/knockoff.md``; a contract test checks ``KnockoffParams``' defaults against that page.
 """
 
 from __future__ import annotations
@@ -145,7 +92,7 @@ REWARDS = ("all", "cert", "div", "loss")
 
 @dataclass(frozen=True)
 class KnockoffParams:
-    """``attack.params`` of ``knockoff``; the defaults are the reference procedure (module docstring)."""
+    """``attack.params`` of ``knockoff``; the defaults are the reference procedure (cited in docs/attacks/knockoff.md)."""
 
     batch_size: int = 64
     epochs: int = 100
@@ -162,7 +109,7 @@ class KnockoffParams:
 
 
 class AdaptiveSampler:
-    """The adaptive strategy's gradient bandit over the pool's labels (module docstring)."""
+    """The adaptive strategy's gradient bandit over the pool's labels (docs/attacks/knockoff.md)."""
 
     def __init__(self, labels: torch.Tensor, generator: torch.Generator, reward: str, window: int) -> None:
         self.labels = labels.to("cpu", torch.long)

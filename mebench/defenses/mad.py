@@ -1,36 +1,10 @@
-"""MAD, Prediction Poisoning: Orekondy, Schiele, Fritz, "Prediction Poisoning: Towards Defenses
-Against DNN Model Stealing Attacks", ICLR 2020, section 4 (reference code:
-github.com/tribhuvanesh/prediction-poisoning at 1ddff8b, ``defenses/victim/bb_mad.py``).
+"""MAD, Prediction Poisoning (Orekondy, Schiele, Fritz, ICLR 2020, section 4; reference code
+tribhuvanesh/prediction-poisoning at 1ddff8b, ``defenses/victim/bb_mad.py``).
 
-The defender perturbs each answer y into ỹ so that the gradient an attacker would take on it
-points as far as possible from the gradient of the true answer. With G the Jacobian of the
-negative log-likelihood of a surrogate F of the attacker's model (one row per class k: the
-gradient of -log F_k(x) w.r.t. its weights), the attacker's update for target y is Gᵀy and
-MAD solves
-
-    max_ỹ  || Gᵀỹ / ||Gᵀỹ|| - Gᵀy / ||Gᵀy|| ||²   s.t.  ỹ in the simplex, ||ỹ - y||_p <= ε.
-
-As in the reference code:
-
-- the objective maximised over the candidates y* is the angular one above (``calc_objective``,
-  bb_mad.py:135, chosen by ``max_over_obj``), as in the authors' MNIST instructions
-  (README.md:138, ``objmax:True``), not the surrogate objective of bb_mad.py:200;
-
-- G is taken w.r.t. the weight of the surrogate's last linear layer (``max_grad_layer=None``,
-  ``compute_jacobian_nll``). There G_k = (p - e_k) ⊗ h with p the surrogate's probabilities and
-  h the layer's input, so Gᵀỹ = (p - ỹ) ⊗ h and h cancels in the angular objective: it is
-  computed exactly from p in K dimensions (no per-sample backward pass);
-- y* is the best vertex of the simplex (``oracle_extreme``), or for MAD-argmax
-  (``argmax: true``, ``oracle_argmax_preserving``) the best uniform distribution over a set of
-  classes that contains the victim's top class, that class weighted up by 1e-5 (all 2^(K-1)
-  sets for K <= 10, the reference's greedy growth of the set beyond);
-- ỹ = (1 - α) y + α y* with α = min(1, ε / ||y - y*||_p) (``linesearch``,
-  ``closed_form_alpha_estimate``; ``ydist`` l1 or l2). A convex combination of two vectors
-  with the same top class keeps it, so MAD-argmax never changes a label.
-
-The surrogate is a randomly initialised model of the victim's architecture (the reference's
-``model_adv_proxy`` when the defender knows nothing of the attacker's model is an untrained
-network), fixed by ``DEFENDER_SEED``.
+Each answer y becomes ỹ = (1 − α) y + α y*, the vertex (or, for MAD-argmax, the label-preserving
+uniform distribution) y* that turns an attacker's gradient furthest from the true answer's, with
+α = min(1, ε / ||y − y*||_p). The objective, why it is computed exactly from the surrogate's
+probabilities, and the reference's choices are documented once, in ``docs/defenses/mad.md``.
 """
 
 from __future__ import annotations
