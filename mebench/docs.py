@@ -165,8 +165,29 @@ def _first_table(lines: list[str]) -> list[str]:
     return lines
 
 
+SET_TABLES = "summarize.py"
+"""A result set may carry this script with ``tables(set_dir) -> {file name: Markdown}``: tables the
+report does not draw (a paired before -> after of two rules, say), computed from the set's records
+each time the pages are regenerated, so they are checked like the report's and never pasted."""
+
+
+def set_tables(set_dir: Path) -> dict[str, str]:
+    """The tables of ``set_dir``'s own ``summarize.py`` (none when it has no such script)."""
+    import importlib.util
+
+    script = set_dir / SET_TABLES
+    if not script.is_file():
+        return {}
+    spec = importlib.util.spec_from_file_location(f"mebench_results_{set_dir.name.replace('-', '_')}", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.tables(set_dir))
+
+
 def render_set(root: Path, set_name: str, out: Path) -> dict[str, str]:
-    """Run ``mebench report results/<set>`` in-process into ``out``; the Markdown files it wrote."""
+    """Run ``mebench report results/<set>`` in-process into ``out``; the Markdown files it wrote, plus
+    the set's own tables (:func:`set_tables`; a name the report also writes is an error)."""
     import warnings
 
     from mebench.report.writer import write_report
@@ -177,7 +198,12 @@ def render_set(root: Path, set_name: str, out: Path) -> dict[str, str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         files = write_report([str(set_dir)], out)
-    return {Path(p).name: Path(p).read_text(encoding="utf-8") for p in files.values() if str(p).endswith(".md")}
+    reports = {Path(p).name: Path(p).read_text(encoding="utf-8") for p in files.values() if str(p).endswith(".md")}
+    own = set_tables(set_dir)
+    clash = sorted(set(own) & set(reports))
+    if clash:
+        raise ValueError(f"{RESULTS}/{set_name}/{SET_TABLES}: its tables {clash} have the names of report files")
+    return {**reports, **own}
 
 
 def regenerate_text(text: str, root: Path, cache: dict, tmp: Path, where: str) -> str:

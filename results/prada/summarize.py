@@ -2,8 +2,8 @@
 
 Reads the seed-level ``summary.json`` of every cell folder under ``results/prada/cells/``
 (labels ``prada``: the reference rule, ``prada_legacy``: mebench's older rule) and
-``deviations.json``; writes ``before_after.json`` and ``deviations.md`` (the table of each
-older option's effect) next to this file.
+``deviations.json``; writes ``before_after.json`` next to this file, and gives ``mebench docs`` its
+tables (``tables``: the paired before -> after and each older option's effect), so no table is typed.
 
 For each dataset and attack: the share of the attack's streams flagged (``flag_at_B``: the flag
 the rule holds at B; ``flagged_within_B``: flagged at some query up to B, the report's
@@ -123,12 +123,41 @@ def deviations_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    out: dict[str, Any] = {"before_after": before_after(load_cells(HERE / "cells"))}
-    dev = HERE / "deviations.json"
+def before_after_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per victim dataset and stream, each value before -> after with the paired difference and CI."""
+    lines = ["| dataset | streams | n | flagged at B: before -> after (diff [95% CI]) | min W: before -> after (diff [95% CI]) |",
+             "|---|---|---|---|---|"]
+    def cell(p: dict[str, Any] | None) -> str:
+        if p is None:
+            return "-"
+        return (f"{p['before']:.3f} -> {p['after']:.3f} ({p['diff']:+.3f} "
+                f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}])")
+    for r in rows:
+        n = (r["min_w"] or r["flag_at_B"] or {}).get("n", 0)
+        lines.append(f"| {r['dataset']} | {r['label']} | {n} | {cell(r['flag_at_B'])} | {cell(r['min_w'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def summarize(set_dir: Path = HERE) -> dict[str, Any]:
+    """The paired before -> after rows and each older option's effect, from the committed records."""
+    out: dict[str, Any] = {"before_after": before_after(load_cells(set_dir / "cells"))}
+    dev = set_dir / "deviations.json"
     if dev.is_file():
         out["deviations"] = deviation_effects(json.loads(dev.read_text()))
-        atomic_write_text(HERE / "deviations.md", deviations_table(out["deviations"]))
+    return out
+
+
+def tables(set_dir: Path = HERE) -> dict[str, str]:
+    """The set's tables for ``mebench docs`` (``<!-- mebench:begin prada/<name> -->`` blocks)."""
+    out = summarize(set_dir)
+    found = {"before_after.md": before_after_table(out["before_after"])}
+    if "deviations" in out:
+        found["deviations.md"] = deviations_table(out["deviations"])
+    return found
+
+
+def main() -> None:
+    out = summarize(HERE)
     atomic_write_text(HERE / "before_after.json", json.dumps(out, indent=1) + "\n")
 
 
