@@ -286,7 +286,7 @@ def test_mebench_run_resume_by_code_identity_and_keep_stale(run_config, tmp_path
     assert "seed 0: kept although stale (--keep-stale): code identity" in capsys.readouterr().out
     summary = json.loads((run_dir / "seed_0" / "summary.json").read_text())
     assert summary["resume"]["kept_stale"] is True and "9.9.9+src.000000000000" in summary["resume"]["reason"]
-    assert run_cli(run_config, "--seeds", "0", "--resume", str(run_dir)) == 0
+    assert run_cli(run_config, "--seeds", "0", "--resume-from", str(run_dir)) == 0
     assert "seed 0: runs again: code identity" in capsys.readouterr().out
     summary = json.loads((run_dir / "seed_0" / "summary.json").read_text())
     assert summary["code_identity"] == "9.9.9+src.000000000000" and "resume" not in summary

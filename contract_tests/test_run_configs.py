@@ -20,7 +20,8 @@ from mebench.validation import load_config
 ROOT = Path(__file__).resolve().parents[1]
 INVALID_ON_PURPOSE = {"mnist_lenet5_dfme_hard.yaml"}
 RUN_CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml")
-                     if p.parent.name not in {"benchmarks", "victims"} and p.name not in INVALID_ON_PURPOSE)
+                     if not {"benchmarks", "victims"} & set(p.relative_to(ROOT / "configs").parts)
+                     and p.name not in INVALID_ON_PURPOSE)
 # the parameters that name a procedure rather than tune one
 PROCEDURE_KEYS = {"knockoff": {"strategy"}, "jbda": {"augmentation", "topk"}, "copycat": set(), "dissector": set()}
 

@@ -61,9 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "scored on the victim; transfer.csv), as metrics.transfer: [fgsm, pgd]")
     r.add_argument("--no-progress", action="store_true",
                    help="no progress output (default: bars on a terminal, a line per phase and minute in a log)")
-    r.add_argument("--resume", nargs="?", const="latest", metavar="RUN_DIR",
-                   help="continue the latest run folder of this config (or RUN_DIR): keep each seed whose files are "
+    # Two options, not one with an optional value: `--resume CONFIG` must never read CONFIG as the run folder.
+    r.add_argument("--resume", action="store_true",
+                   help="continue the latest run folder of this config: keep each seed whose files are "
                         "whole and whose plan, code identity and threads match, run the others again")
+    r.add_argument("--resume-from", type=Path, metavar="RUN_DIR",
+                   help="as --resume, continuing RUN_DIR (runs/<name>/<stamp>/) instead of the latest run folder")
     r.add_argument("--keep-stale", action="store_true",
                    help="with --resume: also keep whole seeds whose plan, code or threads differ (marked in summary.json)")
     v = sub.add_parser("victim", help="reference victims")
@@ -138,15 +141,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _resume_dir(args: argparse.Namespace, cfg: Any) -> Optional[Path]:
-    """The run folder ``--resume`` continues: RUN_DIR, or the latest of ``<output_dir>/<run name>/``."""
-    if args.keep_stale and not args.resume:
+    """The run folder a resumed run continues: ``--resume-from RUN_DIR``, or (``--resume``) the latest
+    of ``<output_dir>/<run name>/``."""
+    if args.keep_stale and not (args.resume or args.resume_from):
         raise ConfigError("--keep-stale", True, "keeps stale seeds of a resumed run: use it with --resume")
+    if args.resume_from is not None:
+        if not args.resume_from.is_dir():
+            raise ConfigError("--resume-from", str(args.resume_from), "is not a run folder (runs/<name>/<stamp>/)")
+        return args.resume_from
     if not args.resume:
         return None
-    if args.resume != "latest":
-        if not Path(args.resume).is_dir():
-            raise ConfigError("--resume", args.resume, "is not a run folder (runs/<name>/<stamp>/)")
-        return Path(args.resume)
     from mebench.artifacts import latest_run_dir
 
     found = latest_run_dir(cfg.run.output_dir, cfg.run.name)

@@ -52,7 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run each selected cell as a Ray task (pip install 'mebench[ray]'): auto (a running cluster), "
                      "local (start one here), ray://host:port or host:port; not with -n")
     g.addoption("--mebench-threads", metavar="N", type=positive_int, default=None,
-                help="torch CPU threads in every process that runs cells (results depend on it; default: torch's)")
+                help="torch CPU threads in every process that runs cells (results depend on it; default: "
+                     "`mebench run`'s policy, shared among the -n workers)")
     g.addoption("--mebench-allow-large", action="store_true",
                 help=f"run a selection with a budget above {LARGE_MAX_BUDGET:,} or an estimated cost above "
                      f"{LARGE_CPU_HOURS:g} CPU-hours without --budgets (the full contract grid takes days on a CPU)")

@@ -112,11 +112,30 @@ class BenchOptions:
                 resumed_from = cells_dir = latest_cells_dir(root / RUNS_DIR) if resume else None
             elif not (resume or overwrite):
                 _check_unused(cells_dir)
+        if "mebench_threads" in worker:
+            threads = int(worker["mebench_threads"])  # the controller resolved the policy once for all workers
+        else:
+            threads = opt.mebench_threads or grid_threads(getattr(opt, "numprocesses", None))
         return cls(config_paths=configs, json_path=json_path, cells_dir=cells_dir,
                    report_dir=path(opt.mebench_report), gpus=None if gpus is None else tuple(gpus),
                    budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=resume,
-                   threads=opt.mebench_threads, progress_s=float(opt.mebench_progress),
+                   threads=threads, progress_s=float(opt.mebench_progress),
                    resumed_from=resumed_from, overwrite=overwrite, keep_stale=keep_stale, runs_dir=root / RUNS_DIR)
+
+
+def grid_threads(workers: object = None, default: Optional[int] = None) -> int:
+    """The grid's torch thread count without ``--mebench-threads``: ``mebench run``'s policy
+    (``mebench.threads.default_threads``) shared among the xdist workers that run cells at once.
+
+    One policy for every way of running cells: a serial grid uses exactly the count ``mebench run``
+    would; ``-n N`` gives each worker ``default // N`` (at least 1), so N cells never fight over the
+    cores the policy found free. The controller resolves it once and hands it to its workers.
+    """
+    from mebench.threads import default_threads
+
+    count = default_threads() if default is None else default
+    n = workers if isinstance(workers, int) and workers > 0 else 1
+    return max(1, count // n)
 
 
 def _check_resume_flags(resume: bool, overwrite: bool, keep_stale: bool) -> None:
@@ -360,7 +379,7 @@ class BenchSession:
                       self.options.keep_stale)
 
     def expected_threads(self) -> int:
-        """The torch thread count cells of this run use: ``--mebench-threads``, else torch's default."""
+        """The torch thread count cells of this run use (``pin_threads``)."""
         if self.options.threads:
             return self.options.threads
         import torch
@@ -379,11 +398,11 @@ class BenchSession:
         return device_for_worker(self.worker_id, self.options.gpus, count, default)
 
     def pin_threads(self) -> None:
-        """``--mebench-threads N``: the same torch thread count in every process that runs cells.
+        """The same torch thread count in every process that runs cells: ``--mebench-threads N``,
+        else the policy of ``grid_threads`` (``mebench run``'s, shared among the xdist workers).
 
-        CPU results depend on the thread count (it changes the order of float
-        reductions), so the harness never changes it on its own: without the
-        option a worker uses torch's default, exactly like a run without xdist.
+        CPU results depend on the thread count (it changes the order of float reductions), so it
+        is recorded with every cell (``machine.torch_threads``) and ``--resume`` compares it.
         """
         if self.options.threads:
             import torch
@@ -433,7 +452,8 @@ class BenchSession:
 
     def worker_input(self) -> dict[str, str]:
         """What the controller hands each xdist worker: the run's cells folder and its token."""
-        return {"mebench_cells_dir": str(self.cells_dir), "mebench_run_token": self.run_token}
+        return {"mebench_cells_dir": str(self.cells_dir), "mebench_run_token": self.run_token,
+                "mebench_threads": str(self.options.threads)}
 
     def cell_dir(self, cell: Cell) -> Path:
         """``<cells dir>/<cell id>``: the seed artifacts, ``result.json`` and the temporary query cache."""

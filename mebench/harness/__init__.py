@@ -70,10 +70,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def device(pytestconfig: pytest.Config) -> torch.device:
+def device(pytestconfig: pytest.Config) -> Iterator[torch.device]:
     bench = bench_session(pytestconfig)
+    before = torch.get_num_threads()
     bench.pin_threads()
-    return torch.device(bench.device())
+    yield torch.device(bench.device())
+    torch.set_num_threads(before)  # a grid run inside a larger process (pytester) leaves its count as it was
 
 
 @pytest.fixture(scope="session")

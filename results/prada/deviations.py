@@ -8,7 +8,7 @@ reference rule, the older rule (``LEGACY``), and the reference with one older op
 run's benign streams (``metrics.benign_streams`` seeded orders of each test split, as
 ``engine.detection_record`` builds them) are fed to a fresh detector of each variant.
 
-    python results/prada/deviations.py configs/prada/mnist_prada.yaml configs/prada/fashionmnist_prada.yaml
+    python results/prada/deviations.py configs/benchmarks/prada/mnist_prada.yaml configs/benchmarks/prada/fashionmnist_prada.yaml
 """
 
 from __future__ import annotations
