@@ -77,6 +77,15 @@ def test_every_subparser_refuses_abbreviations():
     assert all(p.allow_abbrev is False for p in seen), [p.prog for p in seen if p.allow_abbrev]
 
 
+@pytest.mark.parametrize("argv", [["report", "runs", "--ou", "x"], ["docs", "--chec"]])
+def test_report_and_docs_refuse_abbreviations(argv, capsys):
+    # contract 15.2: `mebench report` and `mebench docs` parse their own arguments; the rule holds there too
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
 def test_the_full_option_name_still_works(capsys, tmp_path):
     # the full name is read as before: a bad value for --budgets is a config error, not a usage error
     code, line = _one_line(capsys, ["run", str(MNIST_CONFIG), "--budgets", "0", "--out", str(tmp_path / "runs")])

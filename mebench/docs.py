@@ -282,7 +282,7 @@ def cited_defaults(page: Path) -> dict[str, tuple[object, str, str]]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mebench docs`` and ``python -m mebench.docs``: exit 0, 1 (``--check`` found a
     stale page) or 2 (a block names a set or file that does not exist)."""
-    p = argparse.ArgumentParser(prog="mebench docs", description="regenerate the result tables of README.md "
+    p = argparse.ArgumentParser(prog="mebench docs", allow_abbrev=False, description="regenerate the result tables of README.md "
                                 "and docs/ from the records under results/")
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page is stale")
     p.add_argument("--root", default=str(ROOT), help="repository root (default: this checkout)")

@@ -85,7 +85,7 @@ def _count_rows(csv_path: Path | None) -> int:
 def report_main(argv: Sequence[str] | None = None) -> int:
     """Entry point: ``report_main(["runs", "--out", "runs/report"])`` → exit code."""
     parser = add_report_arguments(argparse.ArgumentParser(
-        prog="mebench report", description=__doc__))
+        prog="mebench report", description=__doc__, allow_abbrev=False))
     return run_report(parser.parse_args(argv))
 
 
