@@ -151,7 +151,7 @@ def test_onnx_export_without_onnx_names_the_extra(synth_victim_path, tmp_path, c
     code, line = _one_line(capsys, ["victim", "export", str(synth_victim_path), "--format", "onnx", "--out", str(out)])
     assert code == 1
     assert line == ('mebench: error: MissingExtraError: mebench victim export --format onnx needs onnx, '
-                    'which is not installed: pip install "mebench[onnx]"')
+                    'which is not installed: pip install "onnxruntime>=1.16" "onnx>=1.15" (the [onnx] extra)')
     assert not out.exists()
 
 
@@ -162,7 +162,7 @@ def test_an_extra_imported_deep_inside_a_library_is_named(capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "cmd_victim_export", export)
     code, line = _one_line(capsys, ["victim", "export", "v.pt", "--format", "onnx", "--out", "v.onnx"])
-    assert code == 1 and line.endswith('needs onnx, which is not installed: pip install "mebench[onnx]"')
+    assert code == 1 and line.endswith('needs onnx, which is not installed: pip install "onnxruntime>=1.16" "onnx>=1.15" (the [onnx] extra)')
 
 
 def test_an_import_error_of_another_package_is_not_disguised(monkeypatch):
@@ -181,7 +181,7 @@ def test_onnx_victim_without_onnxruntime_names_the_extra(make_cfg, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(ConfigError) as err:
         validate(make_cfg(victim={"format": "onnx"}))
-    assert str(err.value).endswith('needs onnxruntime, which is not installed: pip install "mebench[onnx]"')
+    assert str(err.value).endswith('needs onnxruntime, which is not installed: pip install "onnxruntime>=1.16" "onnx>=1.15" (the [onnx] extra)')
 
 
 # ---------------------------------------------------------------------- victim messages
@@ -363,7 +363,7 @@ def test_ray_option_without_ray_names_the_extra(grid_folder, monkeypatch):
     result = grid_folder.runpytest("benchmarks", "--mebench-config", "grid.yaml", "--ray", "auto", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     said = [ln for ln in result.errlines if ln.strip()]
-    assert said == ['ERROR: --ray needs ray, which is not installed: pip install "mebench[ray]"'], said
+    assert said == ['ERROR: --ray needs ray, which is not installed: pip install "ray>=2.9" (the [ray] extra)'], said
     assert not (grid_folder.path / "runs").exists()
 
 
@@ -411,3 +411,13 @@ def test_a_selected_dataset_missing_from_the_data_root_fails_at_collection(grid_
     assert seed_only.ret == 0, seed_only.stdout.str() + seed_only.stderr.str()
     seed_only.stdout.fnmatch_lines(["*test_cell[nodata-random-seed-soft_prob-s0]*"])
     assert not (grid_folder.path / "runs").exists()
+
+
+def test_extra_requirements_match_pyproject():
+    # the install command a missing extra prints names exactly the packages pyproject.toml's extra installs
+    tomllib = pytest.importorskip("tomllib")
+    from mebench import extras
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    for extra, reqs in extras.EXTRA_REQUIREMENTS.items():
+        assert tuple(project["optional-dependencies"][extra]) == reqs, extra

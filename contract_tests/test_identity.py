@@ -37,3 +37,11 @@ def test_identity_depends_on_file_paths_not_only_contents(tmp_path: Path) -> Non
     before = identity.source_digest(pkg)
     (pkg / "attacks" / "base.py").rename(pkg / "attacks" / "base2.py")
     assert identity.source_digest(pkg) != before
+
+
+def test_hidden_files_and_dangling_links_neither_break_nor_change_the_identity(tmp_path: Path) -> None:
+    pkg = _copy_package(tmp_path)
+    before = identity.source_digest(pkg)
+    (pkg / ".#cli.py").symlink_to(tmp_path / "no-such-file")  # an editor's lock link
+    (pkg / "attacks" / ".scratch.py").write_text("x = 1\n")
+    assert identity.source_digest(pkg) == before

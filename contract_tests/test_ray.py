@@ -20,7 +20,7 @@ import pytest
 from test_plugin import HOOKS, bench, cells_by_id  # noqa: F401  (the pytester grid folder)
 
 pytest_plugins = ["pytester"]
-ray = pytest.importorskip("ray", reason="the Ray executor needs the extra: pip install 'mebench[ray]'")
+ray = pytest.importorskip("ray", reason="the Ray executor needs the extra: pip install -e '.[ray]'")
 
 #: The cell whose Ray worker process is killed once, while the cell runs (see KILL_HOOK).
 KILL_CELL = "synth-mlp-random-seed-hard_top1-s1"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from mebench.metricspec import METRIC_NAMES
-from mebench.naming import make_stamp_dir
+from mebench.naming import latest_stamp_dir, make_stamp_dir
 from mebench.serial import jsonable
 
 if TYPE_CHECKING:  # torch-free at import: the report reads the schema below without torch
@@ -109,9 +109,8 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
 
 
 def latest_run_dir(output_dir: str | Path, run_name: str) -> "Path | None":
-    """The latest ``<output_dir>/<run_name>/<stamp>`` folder (stamps sort by time), if any."""
-    found = sorted(p for p in (Path(output_dir) / run_name).glob("*T*Z*") if p.is_dir())
-    return found[-1] if found else None
+    """The latest ``<output_dir>/<run_name>/<stamp>`` folder (by time, then clash suffix), if any."""
+    return latest_stamp_dir(Path(output_dir) / run_name)
 
 
 #: The one schema of every aggregate.csv (run folders, grid reports, ``mebench report``).

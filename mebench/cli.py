@@ -38,12 +38,25 @@ class StrictParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from mebench.identity import code_identity
+class _VersionAction(argparse.Action):
+    """``mebench --version``: print ``mebench <code identity>`` and exit."""
 
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the code identity (version + source digest) and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from mebench.identity import code_identity
+
+        print(f"mebench {code_identity()}")
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = StrictParser(prog="mebench", description="Model extraction benchmark (contract v1.0)")
-    # The code identity (version + source digest), the key results are stored and matched by.
-    p.add_argument("--version", action="version", version=f"mebench {code_identity()}")
+    # The code identity (version + source digest), the key results are stored and matched by;
+    # hashed only when asked for, not on every command.
+    p.add_argument("--version", action=_VersionAction)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a config: collect queries, score Track A/B at every checkpoint")
     r.add_argument("config", type=Path, help="run config (YAML), e.g. configs/mnist_lenet5_random_soft.yaml")

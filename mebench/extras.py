@@ -1,7 +1,7 @@
 """Optional extras (``pyproject.toml``): a feature whose package is missing says how to install it.
 
 ``onnx`` (onnx, onnxruntime: ``victim.format: onnx``, ``mebench victim export --format onnx``)
-and ``ray`` (``pytest benchmarks/ --ray``) are not installed by ``pip install mebench``; a
+and ``ray`` (``pytest benchmarks/ --ray``) are not installed by ``pip install -e .``; a
 feature that needs one checks for it before any work (``require``) and fails with one line
 naming the package and the install command, never with an import traceback. Torch-free.
 """
@@ -21,14 +21,23 @@ class MissingExtraError(MebenchError, ImportError):
     """A feature needs a package of an optional extra that is not installed."""
 
 
+#: Each extra's requirements, as ``pyproject.toml`` lists them (a contract test keeps the two equal).
+EXTRA_REQUIREMENTS: dict[str, tuple[str, ...]] = {"onnx": ("onnxruntime>=1.16", "onnx>=1.15"), "ray": ("ray>=2.9",)}
+
+
 def install_command(extra: str) -> str:
-    """The shell command that installs an extra (double quotes: the brackets are glob characters in zsh)."""
-    return f'pip install "mebench[{extra}]"'
+    """The shell command that installs an extra's packages.
+
+    It names the packages, not ``mebench[extra]``: the distribution is installed from its repository
+    (``pip install -e ".[extra]"`` there does the same), and the name ``mebench`` on a package index is
+    not ours. Double quotes: ``>=`` is a redirection in every shell."""
+    return "pip install " + " ".join(f'"{r}"' for r in EXTRA_REQUIREMENTS[extra])
 
 
 def missing_message(package: str, feature: str) -> str:
-    """'FEATURE needs PACKAGE, which is not installed: pip install "mebench[EXTRA]"'."""
-    return f"{feature} needs {package}, which is not installed: {install_command(EXTRAS[package])}"
+    """'FEATURE needs PACKAGE, which is not installed: pip install "REQ" ... (the [EXTRA] extra)'."""
+    extra = EXTRAS[package]
+    return f"{feature} needs {package}, which is not installed: {install_command(extra)} (the [{extra}] extra)"
 
 
 def is_installed(package: str) -> bool:

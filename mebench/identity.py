@@ -23,10 +23,16 @@ PACKAGE_DIR = Path(mebench.__file__).resolve().parent
 
 
 def source_digest(package_dir: Path = PACKAGE_DIR) -> str:
-    """SHA-256 (hex) over every ``*.py`` below ``package_dir``: relative path and content, sorted by path."""
+    """SHA-256 (hex) over every ``*.py`` below ``package_dir``: relative path and content, sorted by path.
+
+    Hidden names (an editor's ``.#cli.py`` lock link, ``.foo.py`` scratch) and anything that is not a
+    regular file are not source: they neither break the hash nor change it."""
     digest = hashlib.sha256()
     for path in sorted(package_dir.rglob("*.py"), key=lambda p: p.relative_to(package_dir).as_posix()):
-        if "__pycache__" in path.parts:
+        rel = path.relative_to(package_dir).parts
+        if "__pycache__" in rel or any(part.startswith(".") for part in rel):
+            continue
+        if path.is_symlink() or not path.is_file():
             continue
         digest.update(path.relative_to(package_dir).as_posix().encode())
         digest.update(b"\0")

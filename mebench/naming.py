@@ -27,6 +27,20 @@ def unused_stamp_dir(parent: Path) -> Path:
     return path
 
 
+def stamp_order(path: Path) -> tuple[str, int]:
+    """Sort key of a stamped folder (``<stamp>`` or ``<stamp>-<n>``): time, then the clash suffix as a
+    number, so ``-10`` comes after ``-9`` (a plain string sort puts it before ``-2``)."""
+    stamp, _, suffix = path.name.partition("-")
+    return stamp, int(suffix) if suffix.isdigit() else 0
+
+
+def latest_stamp_dir(parent: Path, pattern: str = "*T*Z*") -> "Path | None":
+    """The latest folder under ``parent`` matching ``pattern`` by :func:`stamp_order` (of the stamp
+    part of its path below ``parent``), if any."""
+    found = [p for p in parent.glob(pattern) if p.is_dir()]
+    return max(found, key=lambda p: stamp_order(Path(p.relative_to(parent).parts[0]))) if found else None
+
+
 def make_stamp_dir(parent: Path) -> Path:
     """Create and return ``<parent>/<UTC timestamp>`` exclusively (``-1``, ``-2`` ... on a clash).
 

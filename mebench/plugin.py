@@ -49,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--gpus", dest="mebench_gpus", metavar="LIST", nargs="?", const="all", type=gpu_list, default=None,
                 help="run cells on CUDA: xdist worker gwN uses GPU N mod count; '--gpus 0,2' restricts the set")
     g.addoption("--ray", dest="mebench_ray", metavar="ADDRESS", default=None, type=ray_address,
-                help="run each selected cell as a Ray task (pip install 'mebench[ray]'): auto (a running cluster), "
+                help="run each selected cell as a Ray task (the [ray] extra: pip install -e '.[ray]'): auto (a running cluster), "
                      "local (start one here), ray://host:port or host:port; not with -n")
     g.addoption("--mebench-threads", metavar="N", type=positive_int, default=None,
                 help="torch CPU threads in every process that runs cells (results depend on it; default: "

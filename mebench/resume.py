@@ -147,7 +147,7 @@ def _is_number(text: str) -> bool:
 
 
 def _metric_names() -> tuple[str, ...]:
-    from mebench.metrics import METRIC_NAMES
+    from mebench.metricspec import METRIC_NAMES
 
     return METRIC_NAMES
 

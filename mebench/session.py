@@ -30,7 +30,7 @@ import yaml
 
 from mebench.cells import CELL_ID_KEY, RECORD_KEY, RERUN_KEY, read_json
 from mebench.grid import Cell, GridError, GridSet, load_grids
-from mebench.naming import QUERY_CACHE_DIR, cache_owner_token, make_stamp_dir, sweep_dead_caches, unused_stamp_dir
+from mebench.naming import QUERY_CACHE_DIR, cache_owner_token, latest_stamp_dir, make_stamp_dir, sweep_dead_caches, unused_stamp_dir
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -156,9 +156,8 @@ def _check_unused(cells_dir: Path) -> None:
 
 
 def latest_cells_dir(runs: Path) -> Optional[Path]:
-    """``<runs>/<stamp>/cells`` of the latest grid run (stamps sort by time), if any."""
-    found = sorted(p for p in runs.glob("*/cells") if p.is_dir())
-    return found[-1] if found else None
+    """``<runs>/<stamp>/cells`` of the latest grid run (by time, then clash suffix), if any."""
+    return latest_stamp_dir(runs, "*/cells")
 
 
 def _cell_of(item: pytest.Item) -> Optional[Cell]:

@@ -1,4 +1,4 @@
-"""Grid cells as Ray tasks: ``pytest benchmarks/ --ray auto`` (``pip install "mebench[ray]"``).
+"""Grid cells as Ray tasks: ``pytest benchmarks/ --ray auto`` (the ``[ray]`` extra: ``pip install -e ".[ray]"``).
 
 pytest stays the interface. Collection, ``-k``, markers, ``--budgets``,
 ``--resume`` and the JSON report work as without Ray; only the run loop changes

@@ -5,7 +5,7 @@
 - ``mebench``: a mebench victim checkpoint (``mebench.victims.load``), the only format that
   carries an architecture;
 - ``torchscript``: a file for ``torch.jit.load``;
-- ``onnx``: a file run by onnxruntime (the optional extra ``mebench[onnx]``);
+- ``onnx``: a file run by onnxruntime (the optional extra ``[onnx]``);
 - ``callable``: ``"package.module:function"``; the function, called with no arguments, returns
   an ``nn.Module`` or a function from a float batch to outputs.
 
