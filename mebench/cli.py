@@ -137,6 +137,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                               "download": args.download or None,
                                               "transfer": ["fgsm", "pgd"] if args.transfer else None})
     resume = _resume_dir(args, cfg)
+    if resume is not None and args.threads is None:  # keep the resumed seeds' count (the policy follows the load)
+        from mebench.resume import recorded_threads
+
+        args.threads = recorded_threads(sorted(resume.glob("seed_*/summary.json")))
     from mebench import engine  # torch: only once the config is known to be good
 
     threads = _set_threads(args.threads)

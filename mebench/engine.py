@@ -396,6 +396,9 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     oracle = make_oracle(cfg, prep, seed) if oracle is None else oracle
     detectors = [t for t in oracle.answers.transforms if isinstance(t, Detector)]
     summary = _summary_head(cfg, plan, prep)
+    # Replaces an earlier run's summary before any file of this one is written: a folder killed
+    # mid-rerun never pairs an old "complete" summary with new partial rows.
+    artifacts.atomic_write_json(seed_dir / "summary.json", {**summary, "status": "running"})
     if cfg.defense.name != "none":  # a fresh instance, so the measurement draws none of the oracle's randomness
         own = defense_for(cfg, prep, seed, "defense_utility")
         summary["defense"]["utility"] = utility_cost(build_answers(prep.victim, cfg.victim.temperature, own),

@@ -64,13 +64,32 @@ def mark_cache_owner(cache_dir: Path, token: str) -> None:
     (cache_dir / QUERY_CACHE_OWNER).write_text(f"{token} {os.getpid()} {socket.gethostname()}")
 
 
+def _owner_fields(cache_dir: Path) -> list[str]:
+    """The owner mark of a query cache, ``[token, pid, host]`` (older marks: ``[token]``; ``[]`` unreadable)."""
+    try:
+        return (cache_dir / QUERY_CACHE_OWNER).read_text().split()
+    except OSError:
+        return []
+
+
 def cache_owner_token(cache_dir: Path) -> str | None:
     """The token of the run that made a query cache (``None`` when unmarked or unreadable)."""
-    try:
-        fields = (cache_dir / QUERY_CACHE_OWNER).read_text().split()
-    except OSError:
-        return None
+    fields = _owner_fields(cache_dir)
     return fields[0] if fields else None
+
+
+def _owner_state(cache_dir: Path) -> str:
+    """``"dead"``, ``"alive"`` or ``"unknown"``: the cache's owner process, judged on this host only."""
+    fields = _owner_fields(cache_dir)
+    if len(fields) != 3 or fields[2] != socket.gethostname() or not fields[1].isdigit():
+        return "unknown"
+    try:
+        os.kill(int(fields[1]), 0)
+    except ProcessLookupError:
+        return "dead"
+    except OSError:  # exists but belongs to another user
+        return "alive"
+    return "alive"
 
 
 def cache_owner_dead(cache_dir: Path) -> bool:
@@ -79,19 +98,13 @@ def cache_owner_dead(cache_dir: Path) -> bool:
     Unknown owners (an older mark without a pid, another host, an unreadable file) count as alive:
     a live run's cache is never removed on a guess.
     """
-    try:
-        fields = (cache_dir / QUERY_CACHE_OWNER).read_text().split()
-    except OSError:
-        return False
-    if len(fields) != 3 or fields[2] != socket.gethostname() or not fields[1].isdigit():
-        return False
-    try:
-        os.kill(int(fields[1]), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # exists but belongs to another user
-        return False
-    return False
+    return _owner_state(cache_dir) == "dead"
+
+
+def cache_owner_alive(cache_dir: Path) -> bool:
+    """Whether the cache's owner is a running process of this host (``--resume`` leaves such a cache
+    alone: a second run resuming the same folder must not delete a live run's cache)."""
+    return _owner_state(cache_dir) == "alive"
 
 
 def sweep_dead_caches(root: Path, pattern: str) -> list[Path]:

@@ -53,7 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "local (start one here), ray://host:port or host:port; not with -n")
     g.addoption("--mebench-threads", metavar="N", type=positive_int, default=None,
                 help="torch CPU threads in every process that runs cells (results depend on it; default: "
-                     "`mebench run`'s policy, shared among the -n workers)")
+                     "`mebench run`'s policy, shared among the -n workers; 1 a Ray task; with --resume, the resumed cells' count)")
     g.addoption("--mebench-allow-large", action="store_true",
                 help=f"run a selection with a budget above {LARGE_MAX_BUDGET:,} or an estimated cost above "
                      f"{LARGE_CPU_HOURS:g} CPU-hours without --budgets (the full contract grid takes days on a CPU)")

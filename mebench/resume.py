@@ -171,3 +171,17 @@ def resume_seeds(run_dir: Path, plans: dict[int, "RunPlan"], keep_stale: bool, t
         if tell is not None:
             tell(f"seed {seed}: {verdict_words(verdict)}")
     return kept
+
+
+def recorded_threads(summaries: Sequence[Path]) -> Optional[int]:
+    """The torch thread count most of the given ``summary.json`` files ran with (``machine.torch_threads``).
+
+    A resumed run without an explicit thread count takes it: the default policy follows the machine's
+    load, and a count that drifted with the load would make every earlier result look stale."""
+    counts: dict[int, int] = {}
+    for path in summaries:
+        summary, _ = read_summary(path)
+        threads = ((summary or {}).get("machine") or {}).get("torch_threads")
+        if isinstance(threads, int) and threads > 0:
+            counts[threads] = counts.get(threads, 0) + 1
+    return max(counts, key=lambda t: (counts[t], -t)) if counts else None

@@ -30,7 +30,7 @@ import yaml
 
 from mebench.cells import CELL_ID_KEY, RECORD_KEY, RERUN_KEY, read_json
 from mebench.grid import Cell, GridError, GridSet, load_grids
-from mebench.naming import QUERY_CACHE_DIR, cache_owner_token, latest_stamp_dir, make_stamp_dir, sweep_dead_caches, unused_stamp_dir
+from mebench.naming import QUERY_CACHE_DIR, cache_owner_alive, cache_owner_token, latest_stamp_dir, make_stamp_dir, sweep_dead_caches, unused_stamp_dir
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -115,12 +115,23 @@ class BenchOptions:
         if "mebench_threads" in worker:
             threads = int(worker["mebench_threads"])  # the controller resolved the policy once for all workers
         else:
-            threads = opt.mebench_threads or grid_threads(getattr(opt, "numprocesses", None))
+            threads = opt.mebench_threads or _resumed_threads(resume, cells_dir) \
+                or (1 if getattr(opt, "mebench_ray", None) else grid_threads(getattr(opt, "numprocesses", None)))
         return cls(config_paths=configs, json_path=json_path, cells_dir=cells_dir,
                    report_dir=path(opt.mebench_report), gpus=None if gpus is None else tuple(gpus),
                    budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=resume,
                    threads=threads, progress_s=float(opt.mebench_progress),
                    resumed_from=resumed_from, overwrite=overwrite, keep_stale=keep_stale, runs_dir=root / RUNS_DIR)
+
+
+def _resumed_threads(resume: bool, cells_dir: Optional[Path]) -> Optional[int]:
+    """``--resume`` without ``--mebench-threads``: the count the resumed cells ran with (so a change of
+    the machine's load does not make them stale), if they record one."""
+    if not resume or cells_dir is None or not cells_dir.is_dir():
+        return None
+    from mebench.resume import recorded_threads
+
+    return recorded_threads(sorted(cells_dir.glob("*/summary.json")))
 
 
 def grid_threads(workers: object = None, default: Optional[int] = None) -> int:
@@ -211,8 +222,9 @@ class BenchSession:
         process killed outright (SIGKILL, power loss) leaves one behind. Every cache names the
         process that made it (``naming.mark_cache_owner``); those of processes gone from this
         machine are removed under ``runs/pytest/`` and the ``--mebench-cells`` folder. With
-        ``--resume`` every cache in the resumed cells folder goes (one pytest run owns a cells
-        folder at a time, so none there is live, and older marks name no process).
+        ``--resume`` every cache in the resumed cells folder goes except one whose owner is a
+        running process of this machine (a second run resuming the same folder never deletes a
+        live run's cache); older marks name no process and go.
         """
         if self.is_worker:
             return []
@@ -222,7 +234,8 @@ class BenchSession:
         if self._cells_dir is not None and self._cells_dir.is_dir():
             stale += sweep_dead_caches(self._cells_dir, f"*/{QUERY_CACHE_DIR}")
             if self.options.resume:
-                left = sorted(p for p in self._cells_dir.glob(f"*/{QUERY_CACHE_DIR}") if p.is_dir())
+                left = sorted(p for p in self._cells_dir.glob(f"*/{QUERY_CACHE_DIR}")
+                              if p.is_dir() and not cache_owner_alive(p))
                 for path in left:
                     shutil.rmtree(path, ignore_errors=True)
                 stale += left
@@ -374,6 +387,10 @@ class BenchSession:
             return Verdict(False, "result.json is missing or not valid JSON")
         if rec.get("status") != "passed":
             return Verdict(False, f"its last run ended {rec.get('status')!r}")
+        on_disk, recorded = read_json(directory / "summary.json"), rec.get("summary") or {}
+        if on_disk and any(on_disk.get(k) != recorded.get(k) for k in ("plan_hash", "code_identity", "completed_at")):
+            # a rerun wrote summary.json and was stopped before result.json: the two are of different runs
+            return Verdict(False, "result.json and summary.json come from different runs (an interrupted rerun)")
         return decide(check_folder(directory, cell.plan, code_identity(), self.expected_threads()),
                       self.options.keep_stale)
 

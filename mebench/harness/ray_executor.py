@@ -266,8 +266,8 @@ class RayLoop:
             args += ["--budgets", ",".join(map(str, opt.mebench_budgets))]
         if opt.mebench_seeds:
             args += ["--seeds", ",".join(map(str, opt.mebench_seeds))]
-        if opt.mebench_threads:
-            args += ["--mebench-threads", str(opt.mebench_threads)]
+        # always the controller's count: a task that chose by its node's load would never match on --resume
+        args += ["--mebench-threads", str(self.bench.options.threads or 1)]
         if opt.markexpr:
             args += ["-m", opt.markexpr]
         if opt.mebench_allow_large:
