@@ -73,13 +73,11 @@ def target_pages(root: Path) -> list[Path]:
 
 
 def record_summaries(set_dir: Path) -> list[dict]:
-    """The complete seed-runs' ``summary.json`` under ``set_dir`` (what the report reads)."""
-    out = []
-    for path in sorted(set_dir.rglob("summary.json")):
-        summary = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(summary, dict) and summary.get("status") == "complete":
-            out.append(summary)
-    return out
+    """The ``summary.json`` of every seed-run under ``set_dir`` that the report reads (the report's own
+    loader, so the caption counts exactly the records behind the tables, never a damaged one)."""
+    from mebench.report.load import load_records
+
+    return [dict(rec.summary) for rec in load_records([set_dir]) if rec.ok]
 
 
 def code_of(summary: dict) -> str:
@@ -213,7 +211,10 @@ def regenerate_text(text: str, root: Path, cache: dict, tmp: Path, where: str) -
         if block.set not in cache:
             set_dir = root / RESULTS / block.set
             reports = render_set(root, block.set, tmp / block.set)
-            replace = {str(set_dir.resolve()): f"{RESULTS}/{block.set}", str(tmp / block.set): "report"}
+            report_dir = tmp / block.set
+            replace = {str(set_dir.resolve()): f"{RESULTS}/{block.set}", str(report_dir): "report",
+                       # the report writes its sources relative to its own (temporary) folder
+                       os.path.relpath(set_dir.resolve(), report_dir.resolve()): f"{RESULTS}/{block.set}"}
             cache[block.set] = (reports, caption(block.set, record_summaries(set_dir)), replace)
         reports, cap, replace = cache[block.set]
         if block.file not in reports:
