@@ -143,8 +143,14 @@ def test_every_registered_attack_and_defense_has_its_page():
 
 
 def test_summaries_are_read_from_complete_runs_only(tmp_path):
-    for i, status in enumerate(["complete", "failed"]):
-        d = tmp_path / f"seed_{i}"
-        d.mkdir()
-        (d / "summary.json").write_text(json.dumps({**_summary(None, "a" * 64, 0.9), "status": status}))
+    # the caption counts what the report reads: not a failed run, not a damaged one
+    seed = ROOT / "results" / "headline" / "mnist_lenet5_random_soft" / "20261125T064025Z" / "seed_0"
+    for name, status, metrics in [("ok", "complete", None), ("failed", "failed", None),
+                                  ("cut", "complete", "seed,checkpoint_B,track,acc_gt,agr")]:
+        d = tmp_path / name / "seed_0"
+        shutil.copytree(seed, d)
+        summary = json.loads((d / "summary.json").read_text())
+        (d / "summary.json").write_text(json.dumps({**summary, "status": status}))
+        if metrics is not None:
+            (d / "metrics.csv").write_text(metrics)
     assert len(docs.record_summaries(tmp_path)) == 1
