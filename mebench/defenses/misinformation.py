@@ -44,8 +44,8 @@ from typing import Any, Optional
 import torch
 
 from mebench.defenses.base import DEFENDER_SEED, DefenseContext, Defense, register_defense
-from mebench.defenses.outliers import (NO_OUTLIERS, check_outlier_source, outlier_images,
-                                       victim_top_class)
+from mebench.defenses.outliers import (NO_OUTLIERS, OUTLIER_SEED, SYNTHETIC_SOURCES, check_outlier_source,
+                                       outlier_images, victim_top_class)
 from mebench.errors import ConfigError, DivergenceError
 from mebench.seeding import generator
 from mebench.training.loop import OptimizerSpec, batch_indices, train_steps
@@ -157,7 +157,8 @@ class AdaptiveMisinformation(Defense):
                 ("nu", p.nu > 0, "must be > 0"), ("epochs", p.epochs > 0, "must be > 0"),
                 ("batch_size", p.batch_size >= 1, "must be at least 1"), ("lr", p.lr > 0, "must be > 0"),
                 ("lr_schedule", p.lr_schedule in SCHEDULES, f"must be one of {list(SCHEDULES)}"),
-                ("lr_step", p.lr_step > 0, "must be > 0 (epochs)"), ("lr_gamma", 0 < p.lr_gamma <= 1, "must be in (0, 1]")):
+                ("lr_step", p.lr_step > 0, "must be > 0 (epochs)"),
+                ("lr_gamma", 0 < p.lr_gamma <= 1, "must be in (0, 1]")):
             if not ok:
                 raise ConfigError(f"defense.params.{key}", getattr(p, key), rule)
         check_outlier_source(p.outlier_source, "defense.params.outlier_source", None, None)
@@ -190,7 +191,7 @@ class AdaptiveMisinformation(Defense):
         model = ctx.make_model()
         g = generator(DEFENDER_SEED, cls.name)
         x_oe = outlier_images(params.outlier_source, int(x.shape[0]), ctx.input_shape,
-                              getattr(ctx, "load_split", None))
+                              ctx.load_split)
         if x_oe is None and params.lr_schedule == "cosine":  # mebench_v1, bit for bit as before issue 42
             xf = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
             train_steps(model, xf.to(ctx.device), y.to(ctx.device), loss_fn=misinformation_loss,
@@ -226,9 +227,7 @@ class AdaptiveMisinformation(Defense):
 
 
 def outlier_record(params: Any, x_oe: Optional[torch.Tensor]) -> dict[str, Any]:
-    """What the summary records about the outlier set: its source, kind, size and labelling."""
-    from mebench.defenses.outliers import OUTLIER_SEED, SYNTHETIC_SOURCES
-
+    """What the defense records about the outlier set: its source, kind, size and labelling."""
     source = params.outlier_source
     kind = "none" if source == NO_OUTLIERS else "synthetic" if source in SYNTHETIC_SOURCES else "dataset"
     record: dict[str, Any] = {"source": source, "kind": kind, "recipe": params.recipe}

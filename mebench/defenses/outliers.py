@@ -92,7 +92,8 @@ def synthetic_blobs(n: int, shape: tuple[int, int, int], seed: int = OUTLIER_SEE
 
 def outlier_images(source: str, n: int, shape: tuple[int, int, int],
                    load_split: Optional[SplitLoader] = None) -> Optional[torch.Tensor]:
-    """The outlier set of ``source`` (uint8): ``None`` for ``none``; ``n`` synthetic images; or a dataset's train split."""
+    """The outlier set of ``source`` (uint8): ``None`` for ``none``, ``n`` synthetic images, or a
+    dataset's train split."""
     if source == NO_OUTLIERS:
         return None
     if source == "synthetic_blobs":
