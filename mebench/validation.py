@@ -365,6 +365,7 @@ def _check_defense(cfg: RunConfig) -> None:
     if d.label is not None and not LABEL_RE.match(d.label):
         raise ConfigError("defense.label", d.label, "use letters, digits and '_' (it names the defense in reports)")
     cls.check_params(defense_params(cfg), cfg.attack.output_mode)
+    cls.check_run(defense_params(cfg), cfg)
 
 
 def _check_metrics(cfg: RunConfig) -> None:

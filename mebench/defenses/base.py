@@ -11,7 +11,7 @@ key), and ``check_params`` refuses values and output modes that make no sense.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
@@ -24,7 +24,8 @@ from mebench.types import OUTPUT_MODES
 class DefenseContext:
     """What a defender holds to fit its own models (``Defense.fit``): the victim, its training split
     (uint8 images, labels; read on first call), and a factory for a fresh model of the victim's
-    architecture (or another registered one), normalization included."""
+    architecture (or another registered one), normalization included; ``load_split(name, train)``
+    reads another registered dataset's split (uint8 images, labels) where the engine provides it."""
 
     victim: Any  # mebench.victims.wrapper.FrozenVictim
     num_classes: int
@@ -33,6 +34,7 @@ class DefenseContext:
     train_split: Callable[[], tuple[torch.Tensor, torch.Tensor]]
     make_model: Callable[..., torch.nn.Module]
     temperature: float = 1.0
+    load_split: Optional[Callable[[str, bool], tuple[torch.Tensor, torch.Tensor]]] = None
 
 
 class Defense(AnswerTransform):
@@ -75,6 +77,11 @@ class Defense(AnswerTransform):
     @classmethod
     def check_params(cls, params: Any, output_mode: str) -> None:
         """Raise ``ConfigError`` for a value outside its range (called before any work)."""
+
+    @classmethod
+    def check_run(cls, params: Any, cfg: Any) -> None:
+        """Raise ``ConfigError`` for parameters at odds with the rest of the run's config ``cfg``
+        (e.g. a fit on the attacker's own pool); called before any work, after ``check_params``."""
 
     def describe(self) -> dict:
         return {**super().describe(), "paper": self.paper, "params": asdict(self.params)}

@@ -1,0 +1,114 @@
+"""Outlier-exposure images for a defender's fit, and the rule that keeps them off the attacker's pool.
+
+Adaptive Misinformation's reference trains its misinformation model on outlier-exposure (OE)
+batches from KMNIST next to MNIST (sanjaykariyappa/adaptive_misinformation@c2a3e1b,
+``README.md:18``, ``-doe KMNIST``). mebench's data root holds MNIST and FashionMNIST only, and its
+defense grids use each as the other's attacker pool, so neither may be the outlier source: a
+defender that trained on the attacker's own pool would be told the answer. The default source is
+therefore synthetic: ``synthetic_blobs``, thresholded smoothed noise in the spirit of the "Blobs"
+anomalies of Hendrycks, Mazeika, Dietterich (ICLR 2019, Outlier Exposure), generated
+deterministically from a fixed seed at the victim's input shape. A registered dataset with the
+victim's shape (KMNIST, the reference's choice, where the data root has it) may be named instead;
+``check_outlier_source`` refuses one that is the victim's dataset or the cell's attacker pool.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from mebench.errors import ConfigError
+
+NO_OUTLIERS = "none"
+SYNTHETIC_SOURCES = ("synthetic_blobs",)
+OUTLIER_SEED = 20192
+"""Seed of the synthetic outliers: fixed, like the defender's own seed, so every cell meets the same defense."""
+
+SplitLoader = Callable[[str, bool], "tuple[torch.Tensor, torch.Tensor]"]
+
+
+def check_outlier_source(source: str, key: str, victim_dataset: Optional[str], pool: Optional[str],
+                         input_shape: Optional[tuple[int, ...]] = None) -> None:
+    """One ``ConfigError`` when ``source`` is unknown, has the wrong shape, or is in-distribution or the pool.
+
+    ``pool`` is the attacker's pool dataset of the cell (``dataset.surrogate_name``), ``victim_dataset``
+    the victim's own: outliers drawn from either are not outliers, or are the attacker's queries.
+    """
+    if source == NO_OUTLIERS or source in SYNTHETIC_SOURCES:
+        return
+    from mebench.data.profiles import PROFILES
+
+    if source not in PROFILES:
+        valid = [NO_OUTLIERS, *SYNTHETIC_SOURCES, *(n for n in PROFILES.names() if n != victim_dataset)]
+        raise ConfigError(key, source, f"must be one of {valid}: '{NO_OUTLIERS}', a synthetic source "
+                                       "or a registered dataset with the victim's input shape")
+    if source == pool:
+        raise ConfigError(key, source, "the outlier source must not be the attacker's pool dataset of the "
+                                       f"same cell (dataset.surrogate_name = {pool})")
+    if source == victim_dataset:
+        raise ConfigError(key, source, "the outlier source must not be the victim's own dataset (dataset.name)")
+    if input_shape is not None and tuple(PROFILES.get(source).input_shape) != tuple(input_shape):
+        raise ConfigError(key, source, f"an outlier dataset has the victim's input shape {tuple(input_shape)}")
+
+
+def _gaussian_kernel(sigma: float) -> torch.Tensor:
+    radius = max(1, math.ceil(2 * sigma))
+    t = torch.arange(-radius, radius + 1, dtype=torch.float32)
+    k = torch.exp(-0.5 * (t / sigma) ** 2)
+    return k / k.sum()
+
+
+def _blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Separable Gaussian blur of ``(N, 1, H, W)`` with reflected borders."""
+    k = _gaussian_kernel(sigma)
+    r = (k.numel() - 1) // 2
+    x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="replicate"), k.view(1, 1, 1, -1))
+    return F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1))
+
+
+def synthetic_blobs(n: int, shape: tuple[int, int, int], seed: int = OUTLIER_SEED, chunk: int = 4096) -> torch.Tensor:
+    """``n`` uint8 images of shape ``shape``: white blobs on black, 10-40 % of each image lit.
+
+    Uniform noise blurred at a scale of 1/14 of the image side (2 px at 28 x 28), thresholded at a
+    per-image quantile; built in chunks with one generator, so the set depends on ``seed`` only.
+    """
+    c, h, w = shape
+    g = torch.Generator().manual_seed(seed)
+    sigma = max(h, w) / 14.0
+    out = torch.empty((n, c, h, w), dtype=torch.uint8)
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        noise = torch.rand((m * c, 1, h, w), generator=g)
+        smooth = _blur(noise, sigma).view(m, c * h * w)
+        lit = 0.1 + 0.3 * torch.rand((m, 1), generator=g)
+        ranks = ((1.0 - lit) * (c * h * w - 1)).long()
+        thresholds = smooth.sort(dim=1).values.gather(1, ranks)
+        out[start:start + m] = ((smooth > thresholds).to(torch.uint8) * 255).view(m, c, h, w)
+    return out
+
+
+def outlier_images(source: str, n: int, shape: tuple[int, int, int],
+                   load_split: Optional[SplitLoader] = None) -> Optional[torch.Tensor]:
+    """The outlier set of ``source`` (uint8): ``None`` for ``none``, ``n`` synthetic images, or a
+    dataset's train split."""
+    if source == NO_OUTLIERS:
+        return None
+    if source == "synthetic_blobs":
+        return synthetic_blobs(n, shape)
+    if load_split is None:
+        raise ConfigError("defense.params.outlier_source", source,
+                          "a dataset outlier source needs the defense context's load_split (engine.defense_context)")
+    images, _ = load_split(source, True)
+    return images
+
+
+@torch.no_grad()
+def victim_top_class(victim, images: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+    """The victim's argmax class of each uint8 image: the label the reference gives an OE image
+    (``admis/utils/model.py:127``, ``torch.max(outputs_all[batch:])``)."""
+    labels = [victim.logits(images[i:i + batch_size].float().div_(255.0)).argmax(dim=1).cpu()
+              for i in range(0, images.shape[0], batch_size)]
+    return torch.cat(labels)
