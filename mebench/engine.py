@@ -297,7 +297,7 @@ def defense_context(cfg: RunConfig, prep: Prepared) -> DefenseContext:
 
     return DefenseContext(victim=prep.victim, num_classes=prep.num_classes, input_shape=(v.channels, *v.input_size),
                           device=prep.device, train_split=train_split, make_model=make_model,
-                          temperature=v.temperature)
+                          temperature=v.temperature, load_split=lambda name, train: prep.split(name, train))
 
 
 def detection_record(cfg: RunConfig, prep: Prepared, seed: int, detector: Detector) -> dict[str, Any]:
@@ -403,6 +403,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         own = defense_for(cfg, prep, seed, "defense_utility")
         summary["defense"]["utility"] = utility_cost(build_answers(prep.victim, cfg.victim.temperature, own),
                                                      prep.answers, prep.evaluator)
+        summary["defense"]["fitted"] = own.describe()  # resolved params and what was fitted (e.g. the outlier source)
     timings = {"prepare_shared": prep.seconds}
     attack: Any = None
 
