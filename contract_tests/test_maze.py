@@ -1,5 +1,6 @@
 """MAZE: every probe counted, the reference's cost per iteration, exact stops at odd budgets,
-reproducibility, the replay buffer, and soft_prob only.
+reproducibility, the replay buffer, soft_prob only, the authors' per-data-set defaults, the
+WRN-22-2 clone and the CPU variant ``maze_fast`` (only the clone differs).
 
 Runs on the synthetic SYNTH world (1x8x8 images, 4 classes, ``tiny_mlp``) with a tiny generator,
 driven by the engine's own query loop through the real oracle; a spy around the victim network
@@ -8,8 +9,12 @@ counts every image that reaches its forward pass.
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -18,13 +23,15 @@ from mebench.attacks import ATTACKS, AttackContext
 from mebench.attacks import maze
 from mebench.data.profiles import get_profile
 from mebench.errors import ConfigError
+from mebench.models import MODELS
 from mebench.models.generators import seeded_generator
 from mebench.models.registry import build_model
+from mebench.models.wide_resnet import WideResNet
 from mebench.testing import SYNTH_CLASSES, SYNTH_SHAPE, SpyNet, drive_attack, register_synthetic
-from mebench.validation import validate
+from mebench.validation import attack_params, validate
 
 register_synthetic()
-TINY = dict(batch_size=4, ndirs=2, latent_dim=8, generator_width=4, iter_clone=3, iter_exp=2)
+TINY = dict(batch_size=4, ndirs=2, latent_dim=8, generator_width=4, iter_clone=3, iter_exp=2, clone_arch="tiny_mlp")
 G_COST, C_COST = 4 * 3, 4  # batch * (1 + ndirs), batch
 ITER_COST = 4 * ((3 - 1) + 3 * 1)
 
@@ -149,3 +156,88 @@ def test_config_rules(make_cfg):
             validate(make_cfg(**{**base, "attack": {"name": "maze", "params": {key: value}}}))
         assert err.value.key == f"attack.params.{key}"
     assert seeded_generator(8, (1, 8, 8), 4, 0, head_affine=True).head[1].affine
+
+
+# -- the authors' defaults per data set (github.com/sanjaykariyappa/MAZE @ d202ace) -----------------
+REPO = Path(__file__).resolve().parents[1]
+ARGPARSE = dict(batch_size=128,        # src/utils/config.py:16
+                ndirs=10,              # config.py:84-86
+                mu=1e-3,               # config.py:87-89
+                iter_gen=1,            # config.py:91-93
+                iter_clone=5,          # config.py:94-96; README.md:17 --iter_clone=5
+                iter_exp=10,           # config.py:97-99; README.md:17 --iter_exp=10
+                latent_dim=100,        # config.py:55-57
+                lr_clone=0.1,          # config.py:52-54; README.md:17 --lr_clone=0.1
+                lr_gen=1e-4,           # config.py:75-77
+                clone_arch="wrn22_2")  # config.py:43-45 and README.md:17 --model_clone=wres22 (models.py:82-95)
+
+
+def maze_params(make_cfg, dataset: str, **params):
+    cfg = make_cfg(dataset={"name": dataset, "data_mode": "data_free", "surrogate_name": None}, attack={"name": "maze"})
+    return attack_params(cfg.replace(attack=dataclasses.replace(cfg.attack, params=params)))  # only these keys
+
+
+# issue 42: each data set runs the authors' command for it; FashionMNIST's (README.md:17) sets
+# --lr_gen=1e-3, every other data set keeps the argparse defaults (the authors publish no other).
+@pytest.mark.parametrize("dataset,lr_gen", [("FashionMNIST", 1e-3),   # README.md:17 --lr_gen=1e-3
+                                            ("MNIST", 1e-4),          # config.py:75-77 (no MNIST command)
+                                            ("CIFAR10", 1e-4)])       # config.py:75-77
+def test_defaults_are_the_authors_command_for_the_dataset(make_cfg, dataset, lr_gen):
+    p = maze_params(make_cfg, dataset)
+    assert {**ARGPARSE, "lr_gen": lr_gen} == {k: getattr(p, k) for k in ARGPARSE}
+    assert maze.iteration_cost(p) == 1920 and maze.MAZE.dataset_defaults("MNIST") == {}
+    # a key the config sets wins over the data set's preset, and the parsed Params hold what runs
+    assert maze_params(make_cfg, "FashionMNIST", lr_gen=1e-4).lr_gen == 1e-4
+
+
+# issue 42: the named CPU variant maze_fast differs from the default only in the clone (LeNet-5),
+# in the benchmark grids and in the run configs alike.
+@pytest.mark.parametrize("dataset", ["MNIST", "FashionMNIST"])
+def test_cpu_variant_differs_only_in_the_clone(make_cfg, dataset):
+    grid = yaml.safe_load((REPO / "configs" / "benchmarks" / f"{dataset.lower()}.yaml").read_text())
+    entry = next(a for a in grid["attacks"] if a["name"] == "maze")
+    variants = {v["label"]: v.get("params", {}) for v in entry["variants"]}
+    assert variants == {"maze": {}, "maze_fast": {"clone_arch": "lenet5"}}
+    run = yaml.safe_load((REPO / "configs" / "maze" / f"{dataset.lower()}_lenet5_maze_fast.yaml").read_text())
+    assert run["dataset"]["name"] == dataset and run["attack"]["params"] == {"clone_arch": "lenet5"}
+    ref = dataclasses.asdict(maze_params(make_cfg, dataset))
+    fast = dataclasses.asdict(maze_params(make_cfg, dataset, **variants["maze_fast"]))
+    assert {k for k in ref if ref[k] != fast[k]} == {"clone_arch"} and fast["clone_arch"] == "lenet5"
+
+
+# contract 8: the clone is ``clone_arch`` with the substitute's normalization, initialised from the run
+# seed without moving the global RNG; a LeNet-5-like clone equals the substitute of earlier versions.
+def test_clone_is_clone_arch_seeded_and_normalized():
+    torch.manual_seed(7)
+    before = torch.random.get_rng_state()
+    attack = make_attack(100, (100,), seed=3)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(3))) + 2)
+        old = substitute()  # how versions before issue 42 built the clone
+    assert all(torch.equal(a, b) for a, b in zip(attack.clone.state_dict().values(), old.state_dict().values()))
+    wrn = maze.make_clone(attack.ctx, "wrn22_2", 0)
+    assert isinstance(wrn.net, WideResNet) and torch.equal(wrn.mean, old.mean) and torch.equal(wrn.std, old.std)
+    with pytest.raises(ConfigError) as err:
+        maze.MAZE.check_params(maze.Params(clone_arch="wres22"), 1920, (1920,))
+    assert err.value.key == "attack.params.clone_arch" and "wrn22_2" in str(err.value)
+
+
+# contract 5: WRN-22-2 as the authors build it (models.py:82-95, wresnet.py): 3 pre-activation blocks
+# per stage of 32/64/128 channels, 1,079,354 parameters for 1 channel and 10 classes (counted on
+# the reference's WideResNet(22, 10, widen_factor=2, upsample=True, in_channels=1)), their
+# initialization, 28x28 inputs resized to 32x32; it takes both profile shapes.
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
+def test_wrn22_2_is_the_authors_wres22(shape):
+    net = MODELS.get("wrn22_2")(shape[0], 10, shape[1:])
+    blocks = list(net.blocks)
+    assert len(blocks) == 9 and [b.conv2.out_channels for b in blocks[::3]] == [32, 64, 128]
+    assert [b.project is not None for b in blocks] == [True, False, False] * 3
+    if shape[0] == 1:
+        assert sum(p.numel() for p in net.parameters()) == 1_079_354
+    assert net.resize == (shape[1:] != (32, 32)) and not net.fc.bias.any() and bool((net.bn.weight == 1).all())
+    m = build_model("wrn22_2", shape[0], 10, shape[1:], (0.5,) * shape[0], (0.25,) * shape[0])
+    with torch.no_grad():
+        assert m.eval()(torch.rand(2, *shape)).shape == (2, 10)
+    m.train()(torch.rand(2, *shape)).sum().backward()
+    assert all(p.grad is not None for p in m.parameters())

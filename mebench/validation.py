@@ -207,11 +207,13 @@ def _check_attack(cfg: RunConfig) -> None:
 
 
 def attack_params(cfg: RunConfig) -> Any:
-    """The attack's parsed ``Params`` object (raises ConfigError on unknown keys or bad types)."""
+    """The attack's parsed ``Params`` object, its data-set defaults (``Attack.dataset_defaults``)
+    under the config's keys (raises ConfigError on unknown keys or bad types)."""
     from mebench.attacks import ATTACKS
 
     cls = ATTACKS.get(cfg.attack.name)
-    return build_dataclass(cls.Params, cfg.attack.params, "attack.params")
+    raw = {**cls.dataset_defaults(cfg.dataset.name), **cfg.attack.params}  # the config's keys win
+    return build_dataclass(cls.Params, raw, "attack.params")
 
 
 def _check_dataset(cfg: RunConfig) -> None:

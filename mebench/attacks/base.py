@@ -129,6 +129,13 @@ class Attack(ABC):
 
     # -- capabilities read before any work -------------------------------------------
     @classmethod
+    def dataset_defaults(cls, dataset: str) -> Mapping[str, Any]:
+        """Parameter defaults that depend on the victim's data set (``dataset.name``), for attacks
+        whose authors ran each data set with its own command; keys the config sets win, and the
+        parsed ``Params`` hold the resolved values, so records show what ran. Default: none."""
+        return {}
+
+    @classmethod
     def check_params(cls, params: Any, max_budget: int, checkpoints: tuple[int, ...]) -> None:
         """Raise ``ConfigError`` when parameter values break a rule of the attack."""
 

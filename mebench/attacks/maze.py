@@ -32,10 +32,18 @@ per line:
 - latent_dim = 100  (config.py:55-57)
 - generator_width = 64  (src/models/conv3_gen.py:15-56: widths 128, 128, 64, affine last batch norm)
 - lr_clone = 0.1  (config.py:52-54)
-- lr_gen = 0.0001  (config.py:75-77; the README's FashionMNIST command uses 1e-3)
+- lr_gen = 0.0001  (config.py:75-77); FashionMNIST: 0.001 (README.md:17, ``DATASET_PRESETS``)
+- clone_arch = 'wrn22_2'  (config.py:43-45, README.md:17: wres22, WRN-22-2 by src/models/models.py:82-95)
 - momentum = 0.9  (maze.py:45-53: SGD for clone and generator)
 - weight_decay = 0.0005  (maze.py:45-53)
 - pixel_map = 'unit_tanh'  (src/datasets/datasets.py:85-86: victims take tanh(a) as input normalized by 0.5, 0.5)
+
+Per data set (``Attack.dataset_defaults``): the authors publish one command, for FashionMNIST
+(README.md:17: ``--model_clone=wres22 --budget=5e6 --lr_clone=0.1 --lr_gen=1e-3 --iter_clone=5
+--iter_exp=10``); it differs from the argparse defaults above only in ``lr_gen``. Every other data
+set (MNIST among them) gets the argparse defaults. The named CPU variant ``maze_fast`` changes only
+the clone (``clone_arch: lenet5``); a WRN-22 clone does not fit a CPU grid cell. The clone is
+``clone_arch`` with the victim's normalization; Track A keeps the grid's ``substitute.arch``.
 
 Fixed as in the reference: cosine annealing of both learning rates to 0 over the run's iterations
 (maze.py:55-57, 266-271; here over ``ceil(max_budget / cost per iteration)``); the generator's loss
@@ -45,7 +53,7 @@ back-propagated through G (attack_utils.py:252); the clone stays in train mode f
 (maze.py:36); the replay buffer is unbounded and replays whole batches only (maze.py:204-213).
 The reference's white-box diagnostics (attack_utils.py:238-250, the victim's true gradient for a
 logged cosine) are not part of the attack and are left out. MAZE-PD (``alpha_gan > 0``) is not
-offered. Deviations and their measured effect are listed in the README ("MAZE").
+offered. Deviations and their measured effect: docs/attacks/maze.md.
 """
 
 from __future__ import annotations
@@ -61,13 +69,19 @@ from torch import nn
 from mebench.attacks.base import Attack, AttackContext, check_param_ranges, register_attack
 from mebench.attacks.dfme import check_generator_params, draw_seed, sphere_probes
 from mebench.errors import ConfigError, DivergenceError
+from mebench.models import MODELS, Normalized
 from mebench.models.generators import seeded_generator, to_pixels
+from mebench.registry import unknown_name_message
 from mebench.types import OracleOutput, QueryBatch
 
 if TYPE_CHECKING:
     from mebench.state import EngineState
 
 PROB_FLOOR = 1e-30
+
+#: The authors' per-data-set commands where they differ from the ``Params`` defaults (the
+#: argparse defaults): github.com/sanjaykariyappa/MAZE @ d202ace, README.md:17 (FashionMNIST).
+DATASET_PRESETS: dict[str, dict[str, Any]] = {"FashionMNIST": {"lr_gen": 1e-3}}
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,7 @@ class Params:
     generator_width: int = 64
     lr_clone: float = 0.1
     lr_gen: float = 1e-4
+    clone_arch: str = "wrn22_2"
     momentum: float = 0.9
     weight_decay: float = 5e-4
     pixel_map: str = "unit_tanh"
@@ -96,6 +111,19 @@ class Params:
 def iteration_cost(p: Params) -> int:
     """Queries of one full iteration (maze.py:39-41)."""
     return p.batch_size * ((p.iter_clone - 1) + (1 + p.ndirs) * p.iter_gen)
+
+
+def make_clone(ctx: AttackContext, arch: str, seed: int) -> nn.Module:
+    """A fresh ``arch`` clone, initialised from ``seed`` without touching the global RNG stream, that
+    takes ``[0, 1]`` pixels with the victim's normalization inside, as the substitute does (the
+    normalization is read from one, so it is the engine's, whatever the profile says)."""
+    with torch.random.fork_rng(devices=[]):
+        ref = ctx.make_substitute()
+        torch.manual_seed(seed)
+        net = MODELS.get(arch)(ctx.input_shape[0], ctx.num_classes, tuple(ctx.input_shape[1:]))
+    if isinstance(ref, Normalized):
+        return Normalized(net, ref.mean.flatten().tolist(), ref.std.flatten().tolist())
+    return Normalized(net, ctx.profile.mean, ctx.profile.std)
 
 
 def kl_per_sample(victim_probs: torch.Tensor, clone_logits: torch.Tensor) -> torch.Tensor:
@@ -169,6 +197,14 @@ class MAZE(Attack):
         check_generator_params(params)
         check_param_ranges(params, positive=("mu", "lr_clone", "lr_gen"), unit=("momentum",),
                            nonnegative=("weight_decay",))
+        if params.clone_arch not in MODELS:
+            raise ConfigError("attack.params.clone_arch", params.clone_arch,
+                              unknown_name_message("model", str(params.clone_arch), MODELS.names()))
+
+    @classmethod
+    def dataset_defaults(cls, dataset: str) -> dict[str, Any]:
+        """The authors' command for ``dataset`` (``DATASET_PRESETS``), else nothing."""
+        return dict(DATASET_PRESETS.get(dataset, {}))
 
     @classmethod
     def required_pool_size(cls, params: Any, max_budget: int) -> int:
@@ -181,9 +217,7 @@ class MAZE(Attack):
         seed = draw_seed(ctx)  # as DFME and untrained_generator: same seed, same initial generator
         self.generator = seeded_generator(self.hp.latent_dim, ctx.input_shape, self.hp.generator_width, seed,
                                           head_affine=True).to(self.device)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 2)
-            self.clone = ctx.make_substitute().to(self.device)
+        self.clone = make_clone(ctx, self.hp.clone_arch, seed + 2).to(self.device)
         self.rng = torch.Generator(device=self.device)
         self.rng.manual_seed(seed + 1)
         self.replay_rng = torch.Generator().manual_seed(seed + 3)
@@ -350,4 +384,4 @@ class MAZE(Attack):
         return self.clone.eval()
 
 
-__all__ = ["MAZE", "Params", "iteration_cost", "kl_per_sample"]
+__all__ = ["DATASET_PRESETS", "MAZE", "Params", "iteration_cost", "kl_per_sample", "make_clone"]
