@@ -27,20 +27,10 @@ CASES: dict[str, dict] = {
 
 def tiny_metrics_digest(tmp_path: Path, victim_path: Path, case: str) -> str:
     """sha256 of the metrics.csv bytes of one tiny single-seed run (1 torch thread)."""
-    import torch
-
-    from mebench import engine
-    from mebench.config import parse_config
     from mebench.testing import deep_update, synthetic_config_dict
 
     raw = deep_update(synthetic_config_dict(tmp_path, victim_path), {"budget": BUDGET, **CASES[case]})
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        result = engine.run(parse_config(raw), progress=False)
-    finally:
-        torch.set_num_threads(threads)
-    return hashlib.sha256((result.directory / "seed_0" / "metrics.csv").read_bytes()).hexdigest()
+    return _one_thread_digest(raw)
 
 
 #: The same five runs on real MNIST with the LeNet-5 victim (``victims/mnist_lenet5.pt``), from
@@ -61,17 +51,24 @@ REAL_CASES: dict[str, dict] = {
 def real_metrics_digest(tmp_path: Path, root: Path, case: str, data_root: Path) -> str:
     """sha256 of the metrics.csv bytes of one tiny single-seed real-MNIST run (1 torch thread);
     ``root`` is the repository folder holding ``configs/`` and ``victims/``."""
-    import torch
     import yaml
 
-    from mebench import engine
-    from mebench.config import parse_config
     from mebench.testing import deep_update
 
     raw = yaml.safe_load((root / REAL_BASE).read_text())
     raw = deep_update(raw, {"run": {"seeds": [0], "output_dir": str(tmp_path / "runs")},
                             "victim": {"checkpoint_ref": str(root / "victims" / "mnist_lenet5.pt")},
                             "dataset": {"data_root": str(data_root)}, "budget": REAL_BUDGET, **REAL_CASES[case]})
+    return _one_thread_digest(raw)
+
+
+def _one_thread_digest(raw: dict) -> str:
+    """Run ``raw`` (one seed) with one torch thread; the sha256 of its seed_0 ``metrics.csv`` bytes."""
+    import torch
+
+    from mebench import engine
+    from mebench.config import parse_config
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
