@@ -91,7 +91,7 @@ def test_ray_cells_equal_the_serial_run(bench: pytest.Pytester, ray_cluster: Sim
     assert metrics_csvs(bench.path / "ray.json") == metrics_csvs(bench.path / "serial.json")
     assert len({c["worker"] for c in two.values()}) == 2  # one task per worker process, both nodes busy
     report = json.loads((bench.path / "ray.json").read_text())
-    assert report["extra_report_field"] == 2 and report["counts"] == {"passed": 2, "resumed": 0}
+    assert report["extra_report_field"] == 2 and report["counts"] == {"passed": 2, "resumed": 0, "kept_stale": 0}
     assert not list(ray_cluster.scratch.iterdir())  # every task removed its scratch folder
 
 
