@@ -8,8 +8,8 @@ correctly, and scored on the victim:
 - ``success_rate``: the share of those images the victim misclassifies (transfer success);
 - ``substitute_success_rate``: the share the substitute itself misclassifies (white-box), among
   the ``substitute_n_images`` images it classifies as the victim does before the attack (an
-  image the substitute already gets wrong is no success of the attack: counting it gave 1.000
-  for a substitute agreeing with the victim on 0.39 of the test split).
+  image the substitute already gets wrong is no success of the attack; counting it let a
+  substitute that agrees with the victim on few images score near 1).
 
 Every rate is independent of which rows ran before it (contract §10): the image subset has its
 own generator (``generator(seed, "transfer")`` in the engine), and PGD's random starts come from

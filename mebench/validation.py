@@ -97,9 +97,8 @@ def check_victim_loads(cfg: RunConfig) -> None:
 def check_init_is_not_the_victims(cfg: RunConfig) -> None:
     """Track A must not start at the victim's own weights (§8, §15.2): a substitute of the victim
     recipe's architecture seeded with the recipe's seed is built bit for bit as the victim was,
-    and its transfer then measures that, not the query set (issue 44: ε 0.2 PGD 0.797 against
-    0.415 ± 0.140 for other inits). ``substitute.allow_victim_init: true`` says the experiment
-    means it. A victim without ``PATH.json``, or one that records no recipe seed and arch, passes."""
+    and its transfer then measures that, not the query set (issue 44).
+    ``substitute.allow_victim_init: true`` says the experiment means it. A victim without ``PATH.json``, or one that records no recipe seed and arch, passes."""
     s = cfg.substitute
     side = Path(cfg.victim.checkpoint_ref).with_suffix(".json")
     if s.allow_victim_init or cfg.victim.format == "callable" or not side.is_file():
