@@ -8,6 +8,9 @@ is untouched and the attack's run is the same with and without the measurement.
 from __future__ import annotations
 
 import csv
+import itertools
+import json
+import shutil
 
 import pytest
 import torch
@@ -17,7 +20,7 @@ from hypothesis import strategies as st
 from mebench import engine
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
-from mebench.transfer import _input_grad, correct_subset, fgsm, pgd
+from mebench.transfer import TransferEvaluator, TransferSettings, _input_grad, correct_subset, fgsm, pgd
 from mebench.validation import validate
 from mebench.victims.wrapper import FrozenVictim
 
@@ -113,3 +116,81 @@ def test_independent_reference_is_trained_once_per_process_and_equals_a_fresh_on
         assert torch.equal(v, second.state_dict()[k])
     assert not all(torch.equal(v, other.state_dict()[k]) for k, v in first.state_dict().items())
     assert not first.training and not second.training
+
+
+# ------------------------------------------------------------------ issue 44: rates that mean one thing
+def _evaluator(victim: FrozenVictim, n: int = 120) -> TransferEvaluator:
+    """A tiny evaluator whose PGD start matters: one step of 0.05 from a start anywhere in ε 0.3."""
+    g = torch.Generator().manual_seed(3)
+    x = (torch.rand((n, *SHAPE), generator=g) * 255).round().to(torch.uint8)
+    y = victim.logits(x.float() / 255).argmax(1)  # every image one the victim gets right
+    settings = TransferSettings(eps=0.3, pgd_steps=1, pgd_alpha=0.05, n_images=n, batch_size=32)
+    return TransferEvaluator(victim, x, y, settings, ("fgsm", "pgd"), torch.Generator().manual_seed(11))
+
+
+def test_evaluating_rows_in_any_order_gives_the_same_rates():
+    # contract §10: every random draw comes from the run seed and its purpose, so a transfer rate
+    # does not depend on which rows (checkpoints, tracks, references) were evaluated before it
+    victim = FrozenVictim(_model(0), "cpu")
+    cells = [(_model(1), 200, "A"), (_model(2), 200, "B"), (_model(3), 500, "A"), (_model(4), 500, "B")]
+
+    def rates(order):
+        ev = _evaluator(victim)
+        rows = [r for i in order for r in ev.rows(cells[i][0], 7, cells[i][1], cells[i][2])]
+        return {(r["checkpoint_B"], r["track"], r["method"]): (r["success_rate"], r["substitute_success_rate"],
+                                                                r["substitute_n_images"]) for r in rows}
+
+    first = rates((0, 1, 2, 3))
+    assert len({v[0] for k, v in first.items() if k[2] == "pgd"}) > 1  # the rates are not trivially equal
+    for order in itertools.islice(itertools.permutations(range(4)), 1, None, 5):
+        assert rates(order) == first, order
+    assert rates((2,)) == {k: v for k, v in first.items() if k[:2] == (500, "A")}  # alone, too
+
+
+class _AlwaysZero(torch.nn.Module):
+    """Answers class 0 for every image, whatever the input (gradient zero: the attack cannot move it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.tensor([4.0, 0.0, 0.0, 0.0]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bias + 0.0 * x.flatten(1).sum(1, keepdim=True)
+
+
+def test_substitute_success_counts_only_images_it_classifies_as_the_victim_does():
+    # the substitute misclassifies every image whose (victim-correct) label is not 0 before any
+    # attack; those are no success of the attack, and on the rest the attack cannot move it
+    victim = FrozenVictim(_model(0), "cpu")
+    ev = _evaluator(victim)
+    zeros = int((ev.y == 0).sum())
+    assert 0 < zeros < ev.y.numel()
+    for row in ev.rows(_AlwaysZero(), 7, 200, "A"):
+        assert row["substitute_n_images"] == zeros and row["n_images"] == ev.y.numel()
+        assert row["substitute_success_rate"] == 0.0  # was (n - zeros) / n counting the misclassified
+    whitebox = ev.reference_rows(7)
+    assert all(r["substitute_n_images"] == r["n_images"] for r in whitebox)  # the victim agrees with itself
+
+
+def _victim_with_recipe(tmp_path, synth_victim_path, recipe):
+    path = tmp_path / "victim.pt"
+    shutil.copy(synth_victim_path, path)
+    if recipe is not None:
+        path.with_suffix(".json").write_text(json.dumps({"arch": "tiny_mlp", "recipe": recipe}))
+    return str(path)
+
+
+def test_a_track_a_init_that_reproduces_the_victims_fails_in_one_line(make_cfg, tmp_path, synth_victim_path):
+    # contract §8 / §15.2: Track A's fixed init must not be the victim's own (same arch and seed)
+    ref = _victim_with_recipe(tmp_path, synth_victim_path, {"arch": "tiny_mlp", "seed": 7})
+    same = {"checkpoint_ref": ref}
+    with pytest.raises(ConfigError) as e:
+        validate(make_cfg(victim=same, substitute={"init_seed": 7}))
+    assert (e.value.key, e.value.value) == ("substitute.init_seed", 7)
+    assert "\n" not in str(e.value) and "allow_victim_init" in str(e.value) and "tiny_mlp" in str(e.value)
+    validate(make_cfg(victim=same, substitute={"init_seed": 7, "allow_victim_init": True}))  # meant: allowed
+    validate(make_cfg(victim=same, substitute={"init_seed": 8}))  # another seed
+    validate(make_cfg(victim=same, substitute={"init_seed": 7, "arch": "lenet5"}))  # another architecture
+    (tmp_path / "bare").mkdir()
+    unknown = _victim_with_recipe(tmp_path / "bare", synth_victim_path, None)  # no PATH.json
+    validate(make_cfg(victim={"checkpoint_ref": unknown}, substitute={"init_seed": 7}))  # nothing recorded: passes

@@ -94,8 +94,13 @@ class LossSection:
 
 @dataclass(frozen=True)
 class SubstituteSection:
+    """The substitute. ``allow_victim_init``: a Track A ``init_seed`` that reproduces the victim's
+    own initialization (same architecture, the victim recipe's seed) is refused unless this says
+    the experiment means it (``mebench.validation.check_init_is_not_the_victims``)."""
+
     arch: str
     init_seed: int = 1234
+    allow_victim_init: bool = False
     trackA: TrackASection = TrackASection()
     optimizer: OptimizerSpec = OptimizerSpec()
     loss: LossSection = LossSection()

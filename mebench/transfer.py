@@ -6,7 +6,15 @@ fixed, seeded subset of the victim's test split restricted to images the victim 
 correctly, and scored on the victim:
 
 - ``success_rate``: the share of those images the victim misclassifies (transfer success);
-- ``substitute_success_rate``: the share the substitute itself misclassifies (white-box).
+- ``substitute_success_rate``: the share the substitute itself misclassifies (white-box), among
+  the ``substitute_n_images`` images it classifies as the victim does before the attack (an
+  image the substitute already gets wrong is no success of the attack; counting it let a
+  substitute that agrees with the victim on few images score near 1).
+
+Every rate is independent of which rows ran before it (contract §10): the image subset has its
+own generator (``generator(seed, "transfer")`` in the engine), and PGD's random starts come from
+a generator seeded per (run seed, ``checkpoint_B``, track, method) (``pgd_generator``), so the
+rows may be evaluated in any order, resumed or skipped without changing a number.
 
 Two reference rows per method place the numbers (``checkpoint_B`` 0): the attack crafted on
 the victim itself (track ``victim``, the white-box upper bound) and on a model of the
@@ -31,13 +39,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from mebench.inference import chunked
+from mebench.seeding import derive_seed
 from mebench.victims.wrapper import FrozenVictim
 
 METHODS: tuple[str, ...] = ("fgsm", "pgd")
 #: Columns of transfer.csv.
 TRANSFER_COLUMNS: tuple[str, ...] = (
     "seed", "checkpoint_B", "track", "method", "eps", "steps", "alpha", "n_images",
-    "success_rate", "substitute_success_rate", "seconds",
+    "success_rate", "substitute_success_rate", "substitute_n_images", "seconds",
 )
 
 
@@ -57,12 +66,21 @@ def pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, steps: i
         generator: torch.Generator) -> torch.Tensor:
     """L∞ PGD: a uniform random start in the ε-ball, ``steps`` steps of α·sign(∇), each projected
     back into the ε-ball around ``x`` and into [0, 1]."""
-    start = (torch.rand(x.shape, generator=generator) * 2 - 1).to(x.device) * eps
+    start = (torch.rand(x.shape, generator=generator, device=generator.device) * 2 - 1).to(x.device) * eps
     adv = (x + start).clamp(0.0, 1.0)
     for _ in range(steps):
         adv = adv + alpha * _input_grad(model, adv, y).sign()
         adv = torch.min(torch.max(adv, x - eps), x + eps).clamp(0.0, 1.0).detach()
     return adv
+
+
+def pgd_generator(seed: int, budget: int, track: str, method: str,
+                  device: torch.device | str = "cpu") -> torch.Generator:
+    """The generator of one row's PGD starts, on ``device``: seeded from a stable hash of (run
+    seed, ``checkpoint_B``, track, method) alone, so a row's rate never depends on the rows
+    evaluated before it (a shared stream made it depend on their order and number)."""
+    g = torch.Generator(device=torch.device(device))
+    return g.manual_seed(derive_seed(seed, f"transfer/pgd-start/B{budget}/{track}/{method}"))
 
 
 @dataclass(frozen=True)
@@ -91,11 +109,12 @@ class TransferEvaluator:
     """Transfer success of checkpoint substitutes against the victim (evaluation path, no oracle)."""
 
     def __init__(self, victim: FrozenVictim, test_x: torch.Tensor, test_y: torch.Tensor,
-                 settings: TransferSettings, methods: tuple[str, ...], seed_generator: torch.Generator) -> None:
+                 settings: TransferSettings, methods: tuple[str, ...], subset_generator: torch.Generator) -> None:
+        """``subset_generator`` draws the image subset and nothing else; PGD's starts come from
+        ``pgd_generator`` per row, so no row consumes randomness another row sees."""
         self.victim, self.settings, self.methods = victim, settings, tuple(methods)
-        self.x, self.y = correct_subset(victim, test_x, test_y, settings.n_images, seed_generator)
+        self.x, self.y = correct_subset(victim, test_x, test_y, settings.n_images, subset_generator)
         self.x, self.y = self.x.to(victim.device), self.y.to(victim.device)
-        self.generator = seed_generator
 
     def reference_rows(self, seed: int, independent: Optional[nn.Module] = None) -> list[dict[str, Any]]:
         """The two references (``checkpoint_B`` 0): the attacks crafted on the victim itself (track
@@ -122,22 +141,32 @@ class TransferEvaluator:
         if method == "fgsm":
             craft, steps, alpha = (lambda xb, yb: fgsm(model, xb, yb, s.eps)), 1, s.eps
         else:
-            craft, steps, alpha = (lambda xb, yb: pgd(model, xb, yb, s.eps, s.pgd_steps, s.pgd_alpha,
-                                                      self.generator)), s.pgd_steps, s.pgd_alpha
+            g = pgd_generator(seed, budget, track, method, self.x.device)  # this row's own starts
+            craft = lambda xb, yb: pgd(model, xb, yb, s.eps, s.pgd_steps, s.pgd_alpha, g)  # noqa: E731
+            steps, alpha = s.pgd_steps, s.pgd_alpha
         t0 = time.perf_counter()
-        fooled_victim = fooled_self = 0
-        for i in range(0, int(self.x.shape[0]), s.batch_size):
-            xb, yb = self.x[i:i + s.batch_size], self.y[i:i + s.batch_size]
-            adv = craft(xb, yb)
-            with torch.no_grad():
-                fooled_victim += int((self.victim.logits(adv).argmax(dim=1) != yb).sum())
-                fooled_self += int((model(adv).argmax(dim=1) != yb).sum())
+        fooled_victim, fooled_self, agreed = self._score(model, craft)
         n = int(self.x.shape[0])
         return {"seed": seed, "checkpoint_B": budget, "track": track, "method": method, "eps": s.eps,
                 "steps": steps, "alpha": alpha, "n_images": n,
                 "success_rate": fooled_victim / n if n else None,
-                "substitute_success_rate": fooled_self / n if n else None,
-                "seconds": time.perf_counter() - t0}
+                "substitute_success_rate": fooled_self / agreed if agreed else None,
+                "substitute_n_images": agreed, "seconds": time.perf_counter() - t0}
+
+    def _score(self, model: nn.Module, craft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+               ) -> tuple[int, int, int]:
+        """(images the victim misclassifies after the attack; among the images the substitute
+        classified as the victim does before it, those it misclassifies after; their number)."""
+        fooled_victim = fooled_self = agreed = 0
+        for i in range(0, int(self.x.shape[0]), self.settings.batch_size):
+            xb, yb = self.x[i:i + self.settings.batch_size], self.y[i:i + self.settings.batch_size]
+            adv = craft(xb, yb)
+            with torch.no_grad():
+                same = model(xb).argmax(dim=1) == yb  # yb is the victim's (correct) answer
+                fooled_victim += int((self.victim.logits(adv).argmax(dim=1) != yb).sum())
+                fooled_self += int(((model(adv).argmax(dim=1) != yb) & same).sum())
+                agreed += int(same.sum())
+        return fooled_victim, fooled_self, agreed
 
 
 def settings_for(profile: Any, n_images: Optional[int] = None) -> TransferSettings:

@@ -16,6 +16,7 @@ of a second.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -52,6 +53,7 @@ def load_config(path: str | Path, overrides: Optional[Mapping[str, Any]] = None,
         rule(cfg)
     if check_files:
         check_victim_loads(cfg)
+        check_init_is_not_the_victims(cfg)
     return cfg
 
 
@@ -64,6 +66,7 @@ def check_paths(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_fro
     """
     check_files_exist(cfg, config_dir, data_root_from_file)
     check_victim_loads(cfg)
+    check_init_is_not_the_victims(cfg)
 
 
 def check_files_exist(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_from_file: bool = True) -> None:
@@ -89,6 +92,30 @@ def check_victim_loads(cfg: RunConfig) -> None:
         check_victim(cfg.victim, PROFILES.get(cfg.dataset.name).num_classes)
     except VictimLoadError as e:
         raise ConfigError("victim.checkpoint_ref", ref, e.reason) from None
+
+
+def check_init_is_not_the_victims(cfg: RunConfig) -> None:
+    """Track A must not start at the victim's own weights (§8, §15.2): a substitute of the victim
+    recipe's architecture seeded with the recipe's seed is built bit for bit as the victim was,
+    and its transfer then measures that, not the query set (issue 44).
+    ``substitute.allow_victim_init: true`` says the experiment means it. A victim without ``PATH.json``, or one that records no recipe seed and arch, passes."""
+    s = cfg.substitute
+    side = Path(cfg.victim.checkpoint_ref).with_suffix(".json")
+    if s.allow_victim_init or cfg.victim.format == "callable" or not side.is_file():
+        return
+    try:
+        meta = json.loads(side.read_text())
+    except (OSError, ValueError):
+        return
+    recipe = meta.get("recipe") if isinstance(meta, dict) else None
+    if not isinstance(recipe, dict):
+        return
+    arch, seed = recipe.get("arch", meta.get("arch")), recipe.get("seed")
+    if arch == s.arch and isinstance(seed, int) and not isinstance(seed, bool) and seed == s.init_seed:
+        raise ConfigError("substitute.init_seed", s.init_seed,
+                          f"equals the seed of the victim's recipe for the same architecture ({arch}, seed {seed}, "
+                          f"{side.name}): Track A would start at the victim's own initialization; pick another "
+                          "init_seed, or set substitute.allow_victim_init: true if the experiment means it (§8)")
 
 
 # ------------------------------------------------------------------------- validation
