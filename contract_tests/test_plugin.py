@@ -59,16 +59,22 @@ RANDOM_IDS = {f"synth-mlp-random-{d}-{o}-s{s}" for d in ("seed", "surrogate")
 DFME_IDS = {f"synth-mlp-dfme-data_free-soft_prob-s{s}" for s in (0, 1)}
 
 
+def make_grid_folder(pytester: pytest.Pytester, victim_path: Path, grid_yaml: str, name: str) -> None:
+    """The benchmark harness (``benchmarks/``), the victim as ``synth_victim.pt`` and ``grid_yaml`` as
+    ``configs/benchmarks/<name>`` in a pytester folder, with the project's pytest options."""
+    (pytester.path / "benchmarks").mkdir()
+    for file in ("conftest.py", "test_cells.py"):
+        shutil.copy(BENCHMARKS / file, pytester.path / "benchmarks" / file)
+    shutil.copy(victim_path, pytester.path / "synth_victim.pt")
+    (pytester.path / "configs" / "benchmarks").mkdir(parents=True)
+    (pytester.path / "configs" / "benchmarks" / name).write_text(grid_yaml)
+    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\n")
+
+
 @pytest.fixture
 def bench(pytester: pytest.Pytester, synth_victim_path: Path, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester folder with the benchmark harness and the SYNTH grid; single-threaded torch."""
-    (pytester.path / "benchmarks").mkdir()
-    for name in ("conftest.py", "test_cells.py"):
-        shutil.copy(BENCHMARKS / name, pytester.path / "benchmarks" / name)
-    shutil.copy(synth_victim_path, pytester.path / "synth_victim.pt")
-    (pytester.path / "configs" / "benchmarks").mkdir(parents=True)
-    (pytester.path / "configs" / "benchmarks" / "mnist.yaml").write_text(SYNTH_CONFIG)  # the default path
-    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\n")
+    make_grid_folder(pytester, synth_victim_path, SYNTH_CONFIG, "mnist.yaml")  # the default path
     pytester.makeconftest(HOOKS)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # xdist workers inherit it
     threads = torch.get_num_threads()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import shutil
 import socket
 import threading
 from dataclasses import dataclass
@@ -25,10 +24,10 @@ from mebench.attacks import ATTACKS
 from mebench.attacks.random import RandomAttack
 from mebench.cli import main
 from mebench.naming import QUERY_CACHE_DIR, make_stamp_dir
+from test_plugin import make_grid_folder
 
 pytest_plugins = ["pytester"]
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 CELL = "rp-plan_probe-surrogate-soft_prob-s0"
 GRID = """\
 name: rp
@@ -78,13 +77,7 @@ def probe_attack():
 @pytest.fixture
 def grid(pytester: pytest.Pytester, synth_victim_path: Path, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester folder with the benchmark harness and the one-cell grid; single-threaded torch."""
-    (pytester.path / "benchmarks").mkdir()
-    for name in ("conftest.py", "test_cells.py"):
-        shutil.copy(BENCHMARKS / name, pytester.path / "benchmarks" / name)
-    shutil.copy(synth_victim_path, pytester.path / "synth_victim.pt")
-    (pytester.path / "configs" / "benchmarks").mkdir(parents=True)
-    (pytester.path / "configs" / "benchmarks" / "rp.yaml").write_text(GRID)
-    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\n")
+    make_grid_folder(pytester, synth_victim_path, GRID, "rp.yaml")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     threads = torch.get_num_threads()
     yield pytester
