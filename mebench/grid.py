@@ -135,15 +135,6 @@ class Cell:
 
         return resolve(self.cfg, self.seed)
 
-    @property
-    def hash(self) -> str:
-        """The plan's hash with the code identity, independent of the device; a record's ``cell_hash``
-        adds the torch thread count it ran with (``mebench.plan.identity_hash``)."""
-        from mebench.identity import code_identity
-        from mebench.plan import identity_hash
-
-        return identity_hash(self.plan.hash, code_identity(), None)
-
 
 @dataclass
 class Grid:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 #: The ``summary.json`` key a ``--keep-stale`` folder carries.
 RESUME_KEY = "resume"
+#: The verdict's reason for a cell or seed that never ran (a first run, not a rerun: nothing is printed).
+NO_RESULTS = "it has no results yet"
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def check_folder(directory: Path, plan: "RunPlan", code_identity: str, threads: 
     from mebench.artifacts import METRICS_COLUMNS
 
     if not directory.is_dir():
-        return Verdict(False, "it has no results yet")
+        return Verdict(False, NO_RESULTS)
     summary, problem = read_summary(directory / "summary.json")
     if summary is not None and summary.get("status") != "complete":
         problem = f"summary.json says status {summary.get('status')!r} (interrupted or failed)"

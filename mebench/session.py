@@ -314,7 +314,7 @@ class BenchSession:
 
     def tag_items(self, items: Sequence[pytest.Item]) -> None:
         """Label cell items for the report channel; with ``--resume`` skip the complete ones."""
-        from mebench.resume import verdict_words
+        from mebench.resume import NO_RESULTS, verdict_words
 
         lines = []
         for item in items:
@@ -325,7 +325,7 @@ class BenchSession:
             if not self.options.resume:
                 continue
             verdict = self.resume_verdict(cell)
-            if verdict.reason and verdict.reason != "it has no results yet":
+            if verdict.reason and verdict.reason != NO_RESULTS:
                 lines.append(f"mebench --resume: {cell.id}: {verdict_words(verdict)}")
                 if not verdict.keep:
                     item.user_properties.append((RERUN_KEY, verdict.reason))
@@ -377,11 +377,11 @@ class BenchSession:
         identity and thread count equal what would run now (``mebench.resume``); ``--keep-stale``
         also keeps whole cells that differ only in those."""
         from mebench.identity import code_identity
-        from mebench.resume import Verdict, check_folder, decide
+        from mebench.resume import NO_RESULTS, Verdict, check_folder, decide
 
         directory = self.cells_dir / cell.id
         if not directory.is_dir():
-            return Verdict(False, "it has no results yet")
+            return Verdict(False, NO_RESULTS)
         rec = read_json(directory / "result.json")
         if not rec:
             return Verdict(False, "result.json is missing or not valid JSON")
