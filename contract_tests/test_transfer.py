@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mebench import engine
+from mebench import engine, world
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.transfer import TransferEvaluator, TransferSettings, _input_grad, correct_subset, fgsm, pgd
@@ -104,7 +104,7 @@ def test_independent_reference_is_trained_once_per_process_and_equals_a_fresh_on
     cfg = make_cfg(metrics={"transfer": ["fgsm"]})
     prep = engine.prepare(cfg)
     x, y = _images("SYNTH", True)
-    monkeypatch.setattr(engine, "_INDEPENDENT", {})
+    monkeypatch.setattr(world, "_INDEPENDENT", {})
     trained = []
     real_train = track_a.TrackATrainer.train
     monkeypatch.setattr(track_a.TrackATrainer, "train", lambda self, *a, **k: trained.append(1) or real_train(self, *a, **k))

@@ -4,7 +4,7 @@ A config says what the user typed; a plan says what runs: the attack and its typ
 *with every default filled in*, the defense(s) likewise, the output and data modes, the
 attacker's pool (its source, size and the distinct images the attack needs), the Track A
 recipe, the input shape, the victim's identity (including the SHA-256 of its file, so a
-retrained victim is a different plan), the budget and the measurement settings. The plan is
+retrained victim is a different plan), the budget and the measurement probes with their parameters (``mebench.probes``). The plan is
 frozen; ``summary.json`` stores ``plan.to_dict()`` and ``plan_hash`` (SHA-256 of its canonical
 JSON), and ``--resume`` keeps a stored result only when its plan hash, the code identity
 (``mebench.identity``) and the torch thread count equal the ones that would run now
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mebench.config import RunConfig
 
 #: Bumped when the plan's layout changes, so old plans never compare equal to new ones by accident.
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -99,13 +99,11 @@ class VictimPlan:
 
 
 @dataclass(frozen=True)
-class MeasurePlan:
-    """Measurements beyond the two tracks (transferability, benign streams of a detector)."""
+class ProbePlan:
+    """One measurement that runs (``mebench.probes``): its registry name and typed ``Params``."""
 
-    transfer: tuple[str, ...]
-    transfer_images: int
-    benign_streams: int
-    benign_dataset: Optional[str]
+    name: str
+    params: Any
 
 
 @dataclass(frozen=True)
@@ -124,7 +122,7 @@ class RunPlan:
     victim: VictimPlan
     max_budget: int
     checkpoints: tuple[int, ...]
-    measure: MeasurePlan
+    probes: tuple[ProbePlan, ...] = ()
     version: int = PLAN_VERSION
 
     @property
@@ -168,13 +166,24 @@ def resolve(cfg: "RunConfig", seed: Optional[int] = None) -> RunPlan:
                     d.seed_size if kind == "seed" else None)
     track_a = TrackAPlan(s.arch, s.init_seed, s.trackA.batch_size, s.trackA.steps_coeff_c, s.optimizer,
                          s.loss.soft if cfg.attack.output_mode == "soft_prob" else s.loss.hard)
-    m = cfg.metrics
-    return RunPlan(
+    plan = RunPlan(
         seed=cfg.run.seeds[0] if seed is None else int(seed), attack=attack, defenses=(defense,),
         output_mode=cfg.attack.output_mode, data_mode=d.data_mode, dataset=d.name, pool=pool, track_a=track_a,
         input_shape=(v.channels, *v.input_size), victim=_victim_plan(cfg, PROFILES.get(d.name).num_classes),
-        max_budget=cfg.budget.max_budget, checkpoints=tuple(cfg.budget.checkpoints),
-        measure=MeasurePlan(tuple(m.transfer), m.transfer_images, m.benign_streams, m.benign_dataset))
+        max_budget=cfg.budget.max_budget, checkpoints=tuple(cfg.budget.checkpoints))
+    return dataclasses.replace(plan, probes=_probes(cfg, plan))
+
+
+def _probes(cfg: "RunConfig", plan: RunPlan) -> tuple[ProbePlan, ...]:
+    """The probes a run of ``plan`` measures, in the order the engine tells them its events."""
+    from mebench.probes import PROBES
+
+    chosen = []
+    for cls in PROBES.values():
+        params = cls.configure(cfg)
+        if cls.applies(plan, params):
+            chosen.append(ProbePlan(cls.name, params))
+    return tuple(chosen)
 
 
 def _victim_plan(cfg: "RunConfig", num_classes: int) -> VictimPlan:
