@@ -109,7 +109,7 @@ def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_pa
     # contract 1.1, 1.2: a detector neither charges nor alters an answer; it only records
     plain = make_cfg(cache={"enabled": False})
     watched = make_cfg(cache={"enabled": False}, defense={"name": "prada", "params": {"min_distances": 20}},
-                       metrics={"benign_streams": 2, "benign_dataset": "SYNTHSUR"})
+                       measure={"detection": {"benign_streams": 2, "benign_dataset": "SYNTHSUR"}})
     validate(watched, check_files=False)
     prep = engine.prepare(plain)
     a = engine.run_seed(plain, 0, prep, tmp_path / "plain", progress=False)
@@ -125,7 +125,7 @@ def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_pa
     assert b.summary["defense"]["utility"]["mean_abs_perturbation"] == 0.0
 
 
-@pytest.mark.parametrize("params, metrics, key", [
+@pytest.mark.parametrize("params, measure, key", [
     ({"delta": 0}, {}, "defense.params.delta"),
     ({"delta": 1.5}, {}, "defense.params.delta"),
     ({"min_distances": 2}, {}, "defense.params.min_distances"),
@@ -135,12 +135,12 @@ def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_pa
     ({"outlier_sigma": -3.0}, {}, "defense.params.outlier_sigma"),
     ({"test_every": 0}, {}, "defense.params.test_every"),
     ({"flag": "any"}, {}, "defense.params.flag"),
-    ({}, {"benign_streams": 0}, "metrics.benign_streams"),
-    ({}, {"benign_dataset": "MNIST"}, "metrics.benign_dataset"),
+    ({}, {"detection": {"benign_streams": 0}}, "measure.detection.benign_streams"),
+    ({}, {"detection": {"benign_dataset": "MNIST"}}, "measure.detection.benign_dataset"),
 ])
-def test_bad_detector_settings_fail_before_any_work(make_cfg, params, metrics, key):
+def test_bad_detector_settings_fail_before_any_work(make_cfg, params, measure, key):
     with pytest.raises(ConfigError) as e:
-        validate(make_cfg(defense={"name": "prada", "params": params}, metrics=metrics), check_files=False)
+        validate(make_cfg(defense={"name": "prada", "params": params}, measure=measure), check_files=False)
     assert e.value.key == key
     if params:  # the message names the key, the value and the rule
         value = next(iter(params.values()))
@@ -157,7 +157,7 @@ def test_report_scores_detection_at_low_fpr(make_cfg, tmp_path):
     from mebench.report.writer import write_report
 
     cfg = make_cfg(run={"seeds": [0, 1]}, defense={"name": "prada", "params": {"min_distances": 20}},
-                   metrics={"benign_streams": 2, "benign_dataset": "SYNTHSUR"})
+                   measure={"detection": {"benign_streams": 2, "benign_dataset": "SYNTHSUR"}})
     result = engine.run(cfg, progress=False, check_files=False)
     files = write_report(result.directory, tmp_path / "report", n_bootstrap=200)
     table = __import__("pandas").read_csv(files["detection_csv"])

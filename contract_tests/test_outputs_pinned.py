@@ -29,7 +29,7 @@ CASES: dict[str, dict] = {
     "knockoff_prada_transfer": {
         "attack": {"name": "knockoff", "params": {"epochs": 2, "lr_step": 1}},
         "defense": {"name": "prada", "params": {}},
-        "metrics": {"transfer": ["fgsm", "pgd"], "transfer_images": 24, "benign_streams": 2}},
+        "measure": {"transfer": {"methods": ["fgsm", "pgd"], "images": 24}, "detection": {"benign_streams": 2}}},
     "random_noise": {
         "attack": {"name": "random", "params": {"batch_size": 64}},
         "defense": {"name": "gaussian_noise", "params": {"sigma": 0.05}}},

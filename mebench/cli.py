@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "recorded in summary.json; default: free CPUs, at most 8, or $OMP_NUM_THREADS)")
     r.add_argument("--transfer", action="store_true",
                    help="also measure transferability (FGSM and PGD crafted on every checkpoint substitute, "
-                        "scored on the victim; transfer.csv), as metrics.transfer: [fgsm, pgd]")
+                        "scored on the victim; transfer.csv), as measure.transfer.methods: [fgsm, pgd]")
     r.add_argument("--no-progress", action="store_true",
                    help="no progress output (default: bars on a terminal, a line per phase and minute in a log)")
     # Two options, not one with an optional value: `--resume CONFIG` must never read CONFIG as the run folder.

@@ -123,20 +123,12 @@ class AttackSection:
     divergence_restarts: int = 2
 
 
-@dataclass(frozen=True)
-class MetricsSection:
-    """Optional measurements beyond §1.3: ``transfer`` lists the transferability methods
-    (``fgsm``, ``pgd``; ``mebench.transfer``) run on every checkpoint substitute.
-
-    ``benign_streams`` and ``benign_dataset`` set the benign clients a detector defense
-    (``prada``) is scored on: that many seeded random orders of the victim's test split and,
-    when ``benign_dataset`` names one of the victim dataset's surrogates, of its test split too
-    (``mebench.defenses.detection``)."""
-
-    transfer: tuple[str, ...] = ()
-    transfer_images: int = 1000
-    benign_streams: int = 4
-    benign_dataset: Optional[str] = None
+#: The ``metrics:`` keys of earlier releases and the ``measure.<probe>.<param>`` key each became.
+#: Still read (with a ``DeprecationWarning`` naming the new key) until the next release.
+LEGACY_METRICS: dict[str, tuple[str, str]] = {
+    "transfer": ("transfer", "methods"), "transfer_images": ("transfer", "images"),
+    "benign_streams": ("detection", "benign_streams"), "benign_dataset": ("detection", "benign_dataset"),
+}
 
 
 @dataclass(frozen=True)
@@ -173,7 +165,9 @@ class RunConfig:
     budget: BudgetSection
     cache: CacheSection = CacheSection()
     defense: DefenseSection = DefenseSection()
-    metrics: MetricsSection = MetricsSection()
+    #: ``measure.<probe>``: each measurement probe's parameters (``mebench.probes``), e.g.
+    #: ``{transfer: {methods: [fgsm, pgd], images: 1000}, detection: {benign_streams: 4}}``.
+    measure: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(dataclasses.asdict(self))
@@ -187,6 +181,10 @@ class RunConfig:
         for key in ignore_run_keys:
             d["run"].pop(key, None)
         return config_hash(d)
+
+    def measure_params(self, probe: str) -> dict[str, Any]:
+        """The raw ``measure.<probe>`` mapping (empty when the config does not name the probe)."""
+        return dict(self.measure.get(probe) or {})
 
     def attack_label(self) -> str:
         return self.attack.label or self.attack.name
@@ -215,7 +213,33 @@ def parse_config(raw: Any) -> RunConfig:
     # The victim's input size, channels and normalization default to the dataset profile's.
     if isinstance(victim, Mapping) and isinstance(raw.get("dataset"), Mapping):
         raw["victim"] = _victim_defaults(dict(victim), raw["dataset"].get("name"))
+    if "metrics" in raw:
+        raw = _legacy_metrics(raw)
+    if not isinstance(raw.get("measure") or {}, Mapping):
+        raise ConfigError("measure", raw["measure"], "must be a mapping of probe names to their parameters")
     return build_dataclass(RunConfig, raw, "")
+
+
+def _legacy_metrics(raw: dict) -> dict:
+    """Move the old ``metrics:`` keys to ``measure.<probe>.<param>``, warning once per key (``LEGACY_METRICS``)."""
+    import warnings
+
+    old = raw.pop("metrics") or {}
+    if not isinstance(old, Mapping):
+        raise ConfigError("metrics", old, "must be a mapping (and is deprecated: write measure.<probe> instead)")
+    measure = {k: dict(v or {}) if isinstance(v, Mapping) or v is None else v
+               for k, v in dict(raw.get("measure") or {}).items()}
+    for key, value in old.items():
+        if key not in LEGACY_METRICS:
+            raise ConfigError(f"metrics.{key}", value, f"unknown key (valid, deprecated: {', '.join(LEGACY_METRICS)})")
+        probe, param = LEGACY_METRICS[key]
+        section = measure.setdefault(probe, {})
+        if not isinstance(section, dict) or param in section:
+            raise ConfigError(f"metrics.{key}", value, f"set twice: remove it and keep measure.{probe}.{param}")
+        warnings.warn(f"config key metrics.{key} is deprecated: write measure.{probe}.{param} "
+                      "(the old key is read until the next release)", DeprecationWarning, stacklevel=4)
+        section[param] = value
+    return {**raw, "measure": measure}
 
 
 def _victim_defaults(victim: dict, dataset_name: Any) -> dict:
@@ -286,5 +310,6 @@ def apply_overrides(cfg: RunConfig, seeds: Optional[Sequence[int]] = None,
     dataset = cfg.dataset if data_root is None else dataclasses.replace(cfg.dataset, data_root=data_root)
     if download:
         dataset = dataclasses.replace(dataset, download=True)
-    metrics = cfg.metrics if transfer is None else dataclasses.replace(cfg.metrics, transfer=tuple(transfer))
-    return dataclasses.replace(cfg, run=run, budget=budget, dataset=dataset, metrics=metrics)
+    measure = cfg.measure if transfer is None else \
+        {**cfg.measure, "transfer": {**cfg.measure_params("transfer"), "methods": list(transfer)}}
+    return dataclasses.replace(cfg, run=run, budget=budget, dataset=dataset, measure=measure)

@@ -79,7 +79,8 @@ class BenchmarkSpec:
       workers included) before the grid is built, to register datasets, models or attacks;
     - ``defenses``: the defense axis, each ``{name, params, label}`` (default: ``none`` only);
       a defended cell's id names the defense after the attack label.
-    - ``metrics``: the run config's ``metrics`` section for every cell (e.g. ``transfer: [fgsm, pgd]``).
+    - ``measure``: the run config's ``measure`` section for every cell (e.g. ``transfer: {methods: [fgsm, pgd]}``);
+      ``metrics`` is its deprecated spelling (``mebench.config.LEGACY_METRICS``).
     """
 
     name: str
@@ -97,6 +98,7 @@ class BenchmarkSpec:
     register: tuple[str, ...] = ()
     victims: tuple[dict, ...] = ()
     defenses: tuple[dict, ...] = ({"name": "none"},)
+    measure: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
 
     def victim_entries(self) -> list[tuple[Optional[str], dict]]:
@@ -439,7 +441,7 @@ def _run_config_dict(spec: BenchmarkSpec, victim: dict, cell_id: str, attack: st
             "attack": {"name": attack, "output_mode": output_mode, "params": params,
                        **({"label": label} if label != attack else {})},
             "budget": {"max_budget": max(budgets), "checkpoints": list(budgets)}, "cache": spec.cache,
-            "metrics": spec.metrics}
+            "measure": spec.measure, **({"metrics": spec.metrics} if spec.metrics else {})}
 
 
 def _feasible_budgets(cfg: "RunConfig", budgets: tuple[int, ...]) -> tuple[int, ...]:

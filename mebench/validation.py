@@ -397,26 +397,22 @@ def _check_defense(cfg: RunConfig) -> None:
     cls.check_run(defense_params(cfg), cfg)
 
 
-def _check_metrics(cfg: RunConfig) -> None:
-    from mebench.transfer import METHODS
+def _check_measure(cfg: RunConfig) -> None:
+    """``measure.<probe>`` names registered probes; each probe's parameters parse and pass its ``check``."""
+    from mebench.probes import PROBES
+    from mebench.registry import unknown_name_message
 
-    m = cfg.metrics
-    unknown = [t for t in m.transfer if t not in METHODS]
-    if unknown or len(set(m.transfer)) != len(m.transfer):
-        raise ConfigError("metrics.transfer", list(m.transfer), f"distinct methods among {', '.join(METHODS)}")
-    if m.transfer_images <= 0:
-        raise ConfigError("metrics.transfer_images", m.transfer_images, "must be a positive number of test images")
-    if m.benign_streams <= 0:
-        raise ConfigError("metrics.benign_streams", m.benign_streams, "must be a positive number of streams per source")
-    if m.benign_dataset is not None:
-        surrogates = PROFILES.get(cfg.dataset.name).surrogates if cfg.dataset.name in PROFILES else ()
-        if m.benign_dataset not in surrogates:
-            raise ConfigError("metrics.benign_dataset", m.benign_dataset,
-                              f"a benign client's dataset has the victim's input shape: one of {list(surrogates)}")
+    for name, raw in cfg.measure.items():
+        if name not in PROBES:
+            raise ConfigError(f"measure.{name}", raw, unknown_name_message("probe", name, PROBES.names()))
+        if raw is not None and not isinstance(raw, Mapping):
+            raise ConfigError(f"measure.{name}", raw, "must be a mapping of the probe's parameters")
+    for cls in PROBES.values():
+        cls.check(cls.configure(cfg), cfg)
 
 
 #: The rules that need no registry and no torch, checked first (``load_config``).
 STATIC_RULES = (_check_run, _check_budget, _check_output_modes, _check_temperature)
 #: The rules that read the attack, defense and model registries (importing them imports torch).
 REGISTRY_RULES = (_check_attack, _check_dataset, _check_victim, _check_track_a, _check_cache, _check_defense,
-                  _check_metrics)
+                  _check_measure)

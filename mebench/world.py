@@ -109,11 +109,12 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
                     download=cfg.dataset.download)
     if cfg.dataset.data_mode == "surrogate":
         prep.surrogate_images, prep.surrogate_labels = prep.split(cfg.dataset.surrogate_name, True, command)
-    if cfg.dataset.data_mode == "seed" or cfg.metrics.transfer:  # the victim's train split, read once
+    transfer = bool(cfg.measure_params("transfer").get("methods"))  # the transfer probe's second reference
+    if cfg.dataset.data_mode == "seed" or transfer:  # the victim's train split, read once
         train_x, train_y = prep.split(profile.name, True, command)
         if cfg.dataset.data_mode == "seed":
             prep.victim_train_images = train_x
-        if cfg.metrics.transfer:
+        if transfer:
             prep.transfer_reference = independent_model(cfg, prep, train_x, train_y)
     prep.seconds = time.perf_counter() - t0
     return prep

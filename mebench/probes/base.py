@@ -2,7 +2,8 @@
 
 The engine drives one seed's query loop and tells every probe of the run, in registry order:
 
-- ``start(world)`` once the world is built (victim, oracle, store, attack), before the first query;
+- ``start(world)`` once the shared world and the oracle are built, before the query store and the
+  attack are (so nothing a probe draws can reach the attack's randomness);
 - ``checkpoint(world, budget, emit)`` at every checkpoint B; a probe that scores a substitute
   (Track A, Track B) hands it to ``emit``, which writes its ``metrics.csv`` row and tells every
   probe ``substitute(world, scored)`` at once (health and transferability measure it there);
@@ -68,8 +69,15 @@ class Probe:
 
     @classmethod
     def configure(cls, cfg: "RunConfig") -> Any:
-        """This probe's typed parameters from a validated config (``Params()`` by default)."""
-        return cls.Params()
+        """This probe's typed ``Params`` from the config's ``measure.<name>`` section (defaults filled
+        in); an unknown key or a wrong type is one ``ConfigError`` naming ``measure.<name>.<key>``."""
+        from mebench.config import build_dataclass
+
+        return build_dataclass(cls.Params, cfg.measure_params(cls.name), f"measure.{cls.name}")
+
+    @classmethod
+    def check(cls, params: Any, cfg: "RunConfig") -> None:
+        """Rules on the parameters beyond their types (raise ``ConfigError``); checked before any work."""
 
     @classmethod
     def applies(cls, plan: "RunPlan", params: Any) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, Optional
 from mebench.defenses import DEFENSES, build_answers
 from mebench.defenses.detection import Detector, benign_streams, feed
 from mebench.defenses.utility import utility_cost
-from mebench.probes.base import Emit, Probe, measurement, register_probe
+from mebench.probes.base import Emit, Probe, register_probe
 from mebench.world import World, defense_for
 
 
@@ -26,22 +26,17 @@ class DefenseUtility(Probe):
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
         self.section: dict[str, Any] = {}
-        self.seed = 0
 
     @classmethod
     def applies(cls, plan: Any, params: Any) -> bool:
         return plan.defense.name != "none"
 
     def start(self, world: World) -> None:
-        prep, self.seed = world.prep, world.seed
+        prep = world.prep
         own = defense_for(world.cfg, prep, world.seed, "defense_utility")
         self.section["utility"] = utility_cost(build_answers(prep.victim, world.cfg.victim.temperature, own),
                                                prep.answers, prep.evaluator)
         self.section["fitted"] = own.describe()  # resolved params and what was fitted (e.g. the outlier source)
-
-    def measurements(self) -> list[dict[str, Any]]:
-        utility = self.section.get("utility") or {}
-        return [measurement(self.seed, 0, "", self.name, m, utility[m]) for m in self.metrics if m in utility]
 
     def summary(self, world: World) -> dict[str, Any]:
         return {"defense": self.section}
@@ -68,8 +63,18 @@ class Detection(Probe):
         self.record: Optional[dict[str, Any]] = None
 
     @classmethod
-    def configure(cls, cfg: Any) -> DetectionParams:
-        return DetectionParams(cfg.metrics.benign_streams, cfg.metrics.benign_dataset)
+    def check(cls, params: DetectionParams, cfg: Any) -> None:
+        from mebench.data.profiles import PROFILES
+        from mebench.errors import ConfigError
+
+        if params.benign_streams <= 0:
+            raise ConfigError("measure.detection.benign_streams", params.benign_streams,
+                              "must be a positive number of streams per source")
+        if params.benign_dataset is not None:
+            surrogates = PROFILES.get(cfg.dataset.name).surrogates if cfg.dataset.name in PROFILES else ()
+            if params.benign_dataset not in surrogates:
+                raise ConfigError("measure.detection.benign_dataset", params.benign_dataset,
+                                  f"a benign client's dataset has the victim's input shape: one of {list(surrogates)}")
 
     @classmethod
     def applies(cls, plan: Any, params: Any) -> bool:

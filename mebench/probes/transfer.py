@@ -41,8 +41,15 @@ class Transfer(Probe):
         self.evaluator: Any = None
 
     @classmethod
-    def configure(cls, cfg: Any) -> TransferParams:
-        return TransferParams(tuple(cfg.metrics.transfer), cfg.metrics.transfer_images)
+    def check(cls, params: TransferParams, cfg: Any) -> None:
+        from mebench.errors import ConfigError
+        from mebench.transfer import METHODS
+
+        if any(m not in METHODS for m in params.methods) or len(set(params.methods)) != len(params.methods):
+            raise ConfigError("measure.transfer.methods", list(params.methods),
+                              f"distinct methods among {', '.join(METHODS)}")
+        if params.images <= 0:
+            raise ConfigError("measure.transfer.images", params.images, "must be a positive number of test images")
 
     @classmethod
     def applies(cls, plan: Any, params: TransferParams) -> bool:
