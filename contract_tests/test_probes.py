@@ -169,3 +169,8 @@ def test_health_numbers_are_long_rows_of_measurements_csv(make_cfg):
         record = next(h for h in health if h["track"] == r["track"] and str(h["checkpoint_B"]) == r["checkpoint_B"])
         assert float(r["value"]) == pytest.approx(record[r["metric"]]) and r["seed"] == "0"
     assert len({(r["checkpoint_B"], r["track"]) for r in rows}) == len(health) == 2
+
+
+def test_a_probe_that_is_not_built_in_runs_only_when_the_config_names_it(make_cfg, echo):
+    assert "echo" not in [p.name for p in resolve(make_cfg()).probes]
+    assert "echo" in [p.name for p in resolve(make_cfg(measure={"echo": None})).probes]

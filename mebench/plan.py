@@ -175,13 +175,14 @@ def resolve(cfg: "RunConfig", seed: Optional[int] = None) -> RunPlan:
 
 
 def _probes(cfg: "RunConfig", plan: RunPlan) -> tuple[ProbePlan, ...]:
-    """The probes a run of ``plan`` measures, in the order the engine tells them its events."""
+    """The probes a run of ``plan`` measures, in the order the engine tells them its events: the
+    built-ins where they apply, any other probe only where ``measure.<name>`` names it."""
     from mebench.probes import PROBES
 
     chosen = []
     for cls in PROBES.values():
         params = cls.configure(cfg)
-        if cls.applies(plan, params):
+        if (cls.runs_by_default or cls.name in cfg.measure) and cls.applies(plan, params):
             chosen.append(ProbePlan(cls.name, params))
     return tuple(chosen)
 

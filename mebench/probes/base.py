@@ -62,6 +62,9 @@ class Probe:
     Params: ClassVar[type] = NoParams
     #: The metric names this probe reports (its ``measurements.csv`` ``metric`` values or its columns).
     metrics: ClassVar[tuple[str, ...]] = ()
+    #: False: the probe runs only when the config names it (``measure.<name>``, even empty); True:
+    #: whenever ``applies`` says so (the built-ins).
+    runs_by_default: ClassVar[bool] = False
 
     def __init__(self, params: Any = None) -> None:
         self.params = self.Params() if params is None else params

@@ -22,6 +22,7 @@ class DefenseUtility(Probe):
     the defense (so the measurement draws none of the oracle's randomness)."""
 
     metrics = ("test_accuracy", "agreement_with_undefended", "mean_abs_perturbation")
+    runs_by_default = True
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
@@ -56,6 +57,7 @@ class Detection(Probe):
 
     Params = DetectionParams
     metrics = ("tpr", "fpr")
+    runs_by_default = True
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)

@@ -18,6 +18,7 @@ class Health(Probe):
     """One record per scored substitute (``training_health``) and the run's ``health_flags``."""
 
     metrics = HEALTH_METRICS
+    runs_by_default = True
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)

@@ -28,6 +28,7 @@ class TrackB(Probe):
     """The attack's own substitute at B, scored as it is (never retrained); none for attacks without one."""
 
     metrics = ("agreement", "acc_gt", "kl_mean", "l1_mean")
+    runs_by_default = True
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
@@ -52,6 +53,7 @@ class TrackA(Probe):
     ``final_substitute.ckpt``."""
 
     metrics = ("agreement", "acc_gt", "kl_mean", "l1_mean")
+    runs_by_default = True
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)

@@ -33,6 +33,7 @@ class Transfer(Probe):
 
     Params = TransferParams
     metrics = ("success_rate", "substitute_success_rate")
+    runs_by_default = True
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
