@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from mebench import artifacts
 from mebench.config import RunConfig
 from mebench.data.cache import QueryStore
-from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner, sweep_dead_caches
+from mebench.naming import QUERY_CACHE_DIR, sweep_dead_caches
 from mebench.oracle import Oracle
 from mebench.plan import RunPlan, resolve
 from mebench.probes import MEASUREMENT_COLUMNS, PROBES, Probe, Scored, merge_section
@@ -33,8 +33,8 @@ from mebench.state import EngineState
 from mebench.training.track_a import TrackATrainer
 from mebench.validation import validate
 from mebench.world import (  # noqa: F401  (re-exported: the harness and tests build worlds through these)
-    DISCLAIMER_9, Prepared, World, build_pool, clean_store, defense_context, defense_for, independent_model, make_attack,
-    make_oracle, make_store, make_track_a_trainer, prepare, row_identity, summary_head)
+    DISCLAIMER_9, Prepared, World, build_pool, clean_store, defense_context, defense_for, independent_model,
+    make_attack, make_oracle, make_store, make_track_a_trainer, open_store, prepare, row_identity, summary_head)
 
 
 @dataclass
@@ -100,7 +100,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     t_start = time.perf_counter()
     rows: list[dict[str, Any]] = []
     world = World(cfg, plan, prep, seed_dir, make_oracle(cfg, prep, seed) if oracle is None else oracle,
-                  progress, say, trainer)
+                  progress, say, trainer, store)
     probes = make_probes(plan)
     summary = summary_head(cfg, plan, prep)
     # Replaces an earlier run's summary before any file of this one is written: a folder killed
@@ -121,17 +121,11 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     try:
         for p in probes:
             p.start(world)
-        if store is None:  # created inside the try so an interrupt right after mkdir is cleaned up too
-            store = make_store(cfg, prep, seed_dir / QUERY_CACHE_DIR)
-            if store.on_disk:  # lets a later run sweep it should this process be killed (naming.sweep_dead_caches)
-                mark_cache_owner(store.directory, "run")
-        summary["cache"] = {"used": store.on_disk, "policy": cfg.cache.policy,
-                            "location": str(store.directory) if store.on_disk else None}
-        world.store = store
-        world.state = EngineState(cfg.budget.max_budget, tuple(cfg.budget.checkpoints), store, prep.device)
-        t0 = time.perf_counter()
-        world.attack = make_attack(cfg, prep, seed, build_pool(cfg, prep, seed), plan.attack.params)
-        timings["prepare_seed"] = time.perf_counter() - t0
+        if world.store is None:  # made inside the try, so an interrupt right after its mkdir is cleaned up too
+            world.store = open_store(cfg, prep, seed_dir)
+        summary["cache"] = {"used": world.store.on_disk, "policy": cfg.cache.policy,
+                            "location": str(world.store.directory) if world.store.on_disk else None}
+        timings["prepare_seed"] = arm(world)
         timings["collect"] = query_loop(world, on_checkpoint)
         for p in probes:
             p.finish(world)
@@ -142,7 +136,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         summary["error"] = f"{type(e).__name__}: {e}"
         raise
     finally:
-        summary["cache"] = clean_store(store, seed_dir, cfg.cache.policy, summary.get("cache"))
+        summary["cache"] = clean_store(world.store, seed_dir, cfg.cache.policy, summary.get("cache"))
         for p in probes:
             timings.update(p.timings)
         timings["total"] = time.perf_counter() - t_start
@@ -152,6 +146,15 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         write_outputs(seed_dir, rows, probes, final=True)
         artifacts.atomic_write_json(seed_dir / "summary.json", summary)
     return SeedResult(seed, rows, summary, seed_dir)
+
+
+def arm(world: World) -> float:
+    """The engine state, the attacker's pool and the attack of the world's seed; seconds taken."""
+    t0 = time.perf_counter()
+    cfg, prep, plan = world.cfg, world.prep, world.plan
+    world.state = EngineState(plan.max_budget, plan.checkpoints, world.store, prep.device)
+    world.attack = make_attack(cfg, prep, plan.seed, build_pool(cfg, prep, plan.seed), plan.attack.params)
+    return time.perf_counter() - t0
 
 
 def query_loop(world: World, on_checkpoint: Callable[[int], None]) -> float:

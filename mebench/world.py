@@ -32,7 +32,7 @@ from mebench.defenses import DEFENSES, Defense, DefenseContext, build_answers, m
 from mebench.errors import SlowVictimWarning
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
-from mebench.naming import QUERY_CACHE_DIR
+from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner
 from mebench import identity
 from mebench.oracle import Oracle, AnswerPipeline
 from mebench.plan import RunPlan
@@ -208,6 +208,15 @@ def make_store(cfg: RunConfig, prep: Prepared, cache_dir: Optional[Path]) -> Que
     return QueryStore(cfg.budget.max_budget, (cfg.victim.channels, *cfg.victim.input_size),
                       cfg.attack.output_mode, prep.num_classes, cache_dir if cfg.cache.enabled else None)
 
+
+
+def open_store(cfg: RunConfig, prep: Prepared, seed_dir: Path) -> QueryStore:
+    """A fresh query store under the seed folder, marked so a later run can sweep it should this
+    process be killed (``naming.sweep_dead_caches``)."""
+    store = make_store(cfg, prep, seed_dir / QUERY_CACHE_DIR)
+    if store.on_disk:
+        mark_cache_owner(store.directory, "run")
+    return store
 
 
 def clean_store(store: Optional[QueryStore], seed_dir: Path, policy: str,
