@@ -174,3 +174,24 @@ def test_health_numbers_are_long_rows_of_measurements_csv(make_cfg):
 def test_a_probe_that_is_not_built_in_runs_only_when_the_config_names_it(make_cfg, echo):
     assert "echo" not in [p.name for p in resolve(make_cfg()).probes]
     assert "echo" in [p.name for p in resolve(make_cfg(measure={"echo": None})).probes]
+
+
+def test_the_mebench_command_shows_an_old_key_with_its_new_name(tmp_path):
+    # issue 35: Python hides DeprecationWarning outside __main__; the command shows this one.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    raw = yaml.safe_load((root / "configs" / "mnist_lenet5_random_soft.yaml").read_text())
+    raw["metrics"] = {"transfer_images": 10}
+    raw["budget"] = {"max_budget": 10, "checkpoints": [20]}  # invalid: fails right after parsing
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    code = "import sys; from mebench.cli import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", code, "run", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0 and "budget.checkpoints" in done.stderr + done.stdout
+    assert "metrics.transfer_images is deprecated: write measure.transfer.images" in done.stderr

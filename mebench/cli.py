@@ -294,6 +294,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    import warnings
+
+    from mebench.errors import ConfigDeprecationWarning
+
+    warnings.simplefilter("default", ConfigDeprecationWarning)  # a user of the command sees old config keys
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv[:1] if argv[:1] in (["report"], ["docs"]) else argv)
     interrupt_on_sigterm()

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional, Sequence
 import yaml
 
 from mebench import builder
-from mebench.errors import ConfigError
+from mebench.errors import ConfigDeprecationWarning, ConfigError
 from mebench.serial import config_hash, jsonable
 from mebench.training.spec import OptimizerSpec
 from mebench.types import OUTPUT_MODES
@@ -124,7 +124,7 @@ class AttackSection:
 
 
 #: The ``metrics:`` keys of earlier releases and the ``measure.<probe>.<param>`` key each became.
-#: Still read (with a ``DeprecationWarning`` naming the new key) until the next release.
+#: Still read (with a ``ConfigDeprecationWarning`` naming the new key) until the next release.
 LEGACY_METRICS: dict[str, tuple[str, str]] = {
     "transfer": ("transfer", "methods"), "transfer_images": ("transfer", "images"),
     "benign_streams": ("detection", "benign_streams"), "benign_dataset": ("detection", "benign_dataset"),
@@ -237,7 +237,7 @@ def _legacy_metrics(raw: dict) -> dict:
         if not isinstance(section, dict) or param in section:
             raise ConfigError(f"metrics.{key}", value, f"set twice: remove it and keep measure.{probe}.{param}")
         warnings.warn(f"config key metrics.{key} is deprecated: write measure.{probe}.{param} "
-                      "(the old key is read until the next release)", DeprecationWarning, stacklevel=4)
+                      "(the old key is read until the next release)", ConfigDeprecationWarning, stacklevel=4)
         section[param] = value
     return {**raw, "measure": measure}
 
