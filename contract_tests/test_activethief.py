@@ -107,8 +107,9 @@ def test_propose_exactly_k_inside_a_round():
     assert not bool(torch.isin(picked_all, torch.cat(batches)).any())
 
 
-# contract 10: a fixed seed reproduces the queried images and the Track B substitute.
-@pytest.mark.parametrize("strategy", ["k_center", "dfal"])
+# contract 10: a fixed seed reproduces the queried images and the Track B substitute (k_center, the
+# smoke strategy, in test_attack_registry.py).
+@pytest.mark.parametrize("strategy", ["dfal"])
 def test_determinism(strategy):
     runs = [run(make_attack(strategy, seed=s)) for s in (3, 3, 4)]
     (_, _, b1, m1), (_, _, b2, m2), (_, _, b3, _) = runs
