@@ -23,6 +23,7 @@ from mebench.errors import ConfigError
 from mebench.serial import config_hash, jsonable
 from mebench.training.spec import OptimizerSpec
 from mebench.types import OUTPUT_MODES
+from mebench.victims.registry import reads_file
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ def resolve_paths(cfg: RunConfig, config_dir: Path) -> RunConfig:
     names both places tried.
     """
     ref = cfg.victim.checkpoint_ref
-    if cfg.victim.format != "callable":  # a callable is "package.module:function", not a path
+    if reads_file(cfg.victim.format):  # a callable is "package.module:function", not a path
         ref = _from_config_dir(ref, config_dir)
     root = cfg.dataset.data_root and _from_config_dir(cfg.dataset.data_root, config_dir)
     return dataclasses.replace(cfg, victim=dataclasses.replace(cfg.victim, checkpoint_ref=ref),
