@@ -211,12 +211,39 @@ def parse_config(raw: Any) -> RunConfig:
     """A ``RunConfig`` from the mapping that ``yaml.safe_load`` returned (schema checks only)."""
     if not isinstance(raw, Mapping):
         raise ConfigError("<root>", type(raw).__name__, "a config file must hold a mapping of sections")
-    raw = dict(raw)
+    raw = _old_spellings(dict(raw))
     victim = raw.get("victim")
     # The victim's input size, channels and normalization default to the dataset profile's.
     if isinstance(victim, Mapping) and isinstance(raw.get("dataset"), Mapping):
         raw["victim"] = _victim_defaults(dict(victim), raw["dataset"].get("name"))
     return build_dataclass(RunConfig, raw, "")
+
+
+def _old_spellings(raw: dict) -> dict:
+    """``raw`` with deprecated spellings rewritten to the current ones, each with one
+    ``ConfigDeprecationWarning`` naming old and new.
+
+    Temperature has one spelling, the victim's (contract §1.2: T != 1 is an explicit oracle profile):
+    ``victim: {oracle_profile: tempered, temperature: T}``. The ``temperature`` defense
+    (``defense: {name: temperature, params: {temperature: T}}``) answered the same, through the
+    same transform, and is read as that victim section with no defense.
+    """
+    import warnings
+
+    from mebench.errors import ConfigDeprecationWarning
+
+    defense, victim = raw.get("defense"), raw.get("victim")
+    if not (isinstance(defense, Mapping) and defense.get("name") == "temperature" and isinstance(victim, Mapping)):
+        return raw
+    params = defense.get("params") or {}
+    t = params.get("temperature", 1.0) if isinstance(params, Mapping) else 1.0
+    if victim.get("temperature", 1.0) != 1.0 or not isinstance(params, Mapping) or set(params) - {"temperature"}:
+        return raw  # validation names what is wrong with it
+    warnings.warn(f"defense 'temperature' is deprecated: write victim.oracle_profile: tempered and "
+                  f"victim.temperature: {t} (contract §1.2); read as that, with no defense",
+                  ConfigDeprecationWarning, stacklevel=3)
+    tempered = {"oracle_profile": "tempered", "temperature": t} if t != 1.0 else {}
+    return {**raw, "victim": {**victim, **tempered}, "defense": {"name": "none"}}
 
 
 def _victim_defaults(victim: dict, dataset_name: Any) -> dict:
