@@ -83,6 +83,7 @@ def test_prada_flags_a_synthetic_stream_and_not_a_natural_one():
 
 
 @given(st.lists(st.integers(1, 90), min_size=1, max_size=6))
+@pytest.mark.slow
 def test_prada_does_not_depend_on_how_the_stream_is_batched(sizes):
     x = _images("SYNTH", False)[0][:sum(sizes) + 120].float().div(255)
     one = Prada(Prada.Params(min_distances=20), torch.Generator())
@@ -153,6 +154,7 @@ def test_prada_options_of_the_older_rule_validate(make_cfg):
     validate(make_cfg(defense={"name": "prada", "params": dict(LEGACY)}), check_files=False)
 
 
+@pytest.mark.slow
 def test_report_scores_detection_at_low_fpr(make_cfg, tmp_path):
     from mebench.report.writer import write_report
 

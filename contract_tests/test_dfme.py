@@ -114,6 +114,7 @@ def test_any_k_returns_exactly_k(ks):
 # contract 14.2: shortened phases happen only where a checkpoint cuts a phase (no spin, no dribbling).
 @settings(max_examples=15, deadline=None)
 @given(budget=st.integers(1, 400), cuts=st.lists(st.integers(1, 400), max_size=4))
+@pytest.mark.slow
 def test_short_phases_only_at_checkpoints(budget, cuts):
     cps = tuple(sorted({c for c in cuts if c < budget} | {budget}))
     attack = make_attack(budget, cps)

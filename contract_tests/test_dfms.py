@@ -66,7 +66,8 @@ def run(attack: dfms.DFMS):
 # test_attack_registry.py); the initial sets and every attack iteration are counted, and the
 # stages come in the reference's order.
 @pytest.mark.parametrize("name", ["dfms", "dfms_hl"])
-@pytest.mark.parametrize("budget,checkpoints", [(1001, (333, 1001)), (7, (7,)), (13, (1, 5, 13))])
+@pytest.mark.parametrize("budget,checkpoints", [pytest.param(1001, (333, 1001), marks=pytest.mark.slow), (7, (7,)),
+                                                (13, (1, 5, 13))])
 def test_exact_stop_at_odd_budgets(name, budget, checkpoints):
     attack = make_attack(name, budget, checkpoints)
     oracle, state, spy, batches, models = run(attack)

@@ -88,6 +88,7 @@ def test_exact_stop_below_one_phase(budget, checkpoints):
 # contract 14.2: shortened phases only where a checkpoint or the budget's end cuts a phase (no spin).
 @settings(max_examples=15, deadline=None)
 @given(budget=st.integers(1, 300), cuts=st.lists(st.integers(1, 300), max_size=4))
+@pytest.mark.slow
 def test_short_phases_only_at_checkpoints(budget, cuts):
     cps = tuple(sorted({c for c in cuts if c < budget} | {budget}))
     oracle, _, _, batches, _ = run(make_attack(budget, cps))

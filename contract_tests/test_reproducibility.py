@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ def _rows(res):
     return [r for s in res.seeds for r in s.rows]
 
 
+@pytest.mark.slow
 def test_same_config_gives_bit_identical_metrics_and_weights_on_cpu(make_cfg):
     # contract 8, 10, 17.3: Track A is deterministic under fixed seeds
     cfg = make_cfg()

@@ -25,6 +25,10 @@ from mebench.testing import synthetic_victim
 from mebench.validation import attack_params, validate
 from test_track_b_test_split import ATTACKS as WITH_TRACK_B, DATA_FREE, config, fingerprint
 
+#: Whole engine runs per variant: the claim itself is checked for every attack in the fast tier
+#: (test_attack_registry.py::test_state_dependence_claim_matches_behaviour).
+pytestmark = pytest.mark.slow
+
 CASES = WITH_TRACK_B + [
     ("activethief_random", {"name": "activethief", "params": {"strategy": "random", "rounds": 2, "max_epochs": 2,
                                                               "patience": 1, "batch_size": 32}}, {}),
