@@ -106,6 +106,7 @@ def test_benign_streams_are_seeded_orders_of_the_whole_split():
         assert len(v) == 25 and sorted(v[:10]) == list(range(10)) and sorted(v[10:20]) == list(range(10))
 
 
+@pytest.mark.slow
 def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_path):
     # contract 1.1, 1.2: a detector neither charges nor alters an answer; it only records
     plain = make_cfg(cache={"enabled": False})

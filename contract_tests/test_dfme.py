@@ -67,6 +67,7 @@ def run(attack: dfme.DFME):
 
 
 # contract 1.1: every image the victim sees is counted, the m perturbed probes included.
+@pytest.mark.slow
 def test_counting_includes_probes():
     attack = make_attack(1001, (100, 1001))
     oracle, state, spy, batches, _ = run(attack)
@@ -94,6 +95,7 @@ def test_exact_stop_below_one_phase(budget, checkpoints):
 # contract 14.2: propose(k) returns exactly k images in [0, 1] for any k >= 1 and any phase (no spin).
 @settings(max_examples=25, deadline=None)
 @given(ks=st.lists(st.integers(1, 30), min_size=1, max_size=25))
+@pytest.mark.slow
 def test_any_k_returns_exactly_k(ks):
     attack = make_attack(10_000, (10_000,))
     state = EngineState(10_000, (10_000,), None, torch.device("cpu"))  # type: ignore[arg-type]

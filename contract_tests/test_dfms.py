@@ -84,6 +84,7 @@ def test_exact_stop_at_odd_budgets(name, budget, checkpoints):
 
 
 # contract 6.1: DFMS-HL reads labels only (refused for soft_prob); DFMS is the soft-label attack
+@pytest.mark.slow
 def test_dfms_hl_sees_labels_only(make_cfg):
     attack = make_attack("dfms_hl", 120, (120,))
     kinds = []
@@ -110,6 +111,7 @@ def test_dfms_hl_sees_labels_only(make_cfg):
 
 # contract 3 / issue: proxy data is the surrogate pool only; the initial sets' proxy images are
 # distinct pool images, and the GAN's real batches come from the pool
+@pytest.mark.slow
 def test_proxy_images_come_from_the_pool_only():
     attack = make_attack("dfms", 200, (200,))
     _, state, _, batches, _ = run(attack)

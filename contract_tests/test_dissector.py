@@ -47,6 +47,7 @@ def run(attack):
 # first round and at a checkpoint four queries before the end (odd remainders at ordinary budgets:
 # test_attack_registry.py).
 @pytest.mark.parametrize("budget,checkpoints", [(1001, (997, 1001)), (7, (7,))])
+@pytest.mark.slow
 def test_exact_budget_at_round_edges(budget, checkpoints):
     torch.manual_seed(123)
     spy = SpyNet(tiny())
@@ -58,6 +59,7 @@ def test_exact_budget_at_round_edges(budget, checkpoints):
 # the round schedule: the reference's splits below the budget plus every checkpoint; a quarter of each
 # round after the first re-asks erased copies; each answered original is erased at most once; new
 # originals are never asked twice.
+@pytest.mark.slow
 def test_rounds_and_erased_requeries():
     attack = make_attack(1001, (997, 1001))
     assert dissector.round_ends(attack.p, (997, 1001), 1001) == [20, 40, 100, 997, 1001]

@@ -220,6 +220,7 @@ def test_resume_skips_complete_cells(bench: pytest.Pytester) -> None:
 
 
 # contract 16: every grid run has its own folder; --resume continues the latest one
+@pytest.mark.slow
 def test_each_run_gets_its_own_folder_and_resume_continues_the_latest(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0")
     first = bench.runpytest(*args)
@@ -396,6 +397,7 @@ def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
     assert extra(gan) == pytest.approx(clones * per_example + 3 * 1000 * 4 * SECONDS_PER_GAN_EXAMPLE / 3600)
 
 
+@pytest.mark.slow
 def test_large_selection_needs_an_explicit_flag(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # no accidental multi-day grid: above the bound a run needs --budgets or --mebench-allow-large
     import mebench.cost
@@ -420,6 +422,7 @@ def test_gpus_without_cuda_is_said_before_any_cell_runs(bench: pytest.Pytester,
 
 
 # contract 1.2, 6.1: the grid's defense axis; a defended cell's id names the defense
+@pytest.mark.slow
 def test_grid_defense_axis(bench: pytest.Pytester) -> None:
     config = bench.path / "configs" / "benchmarks" / "mnist.yaml"
     config.write_text(SYNTH_CONFIG + "defenses:\n  - {name: none}\n  - {name: rounding, params: {decimals: 1}}\n")
@@ -553,6 +556,7 @@ def test_a_killed_worker_s_query_cache_is_removed_by_its_controller(bench: pytes
 
 
 # contract 11.2: a run killed outright (SIGKILL) cannot clean up; --resume removes what it left
+@pytest.mark.slow
 def test_resume_removes_query_caches_a_killed_run_left(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0", "--mebench-cells", "cells")
     stale = bench.path / "cells" / "synth-mlp-random-surrogate-hard_top1-s0" / ".query_cache"

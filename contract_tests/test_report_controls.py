@@ -125,6 +125,7 @@ def test_track_b_gain_is_taken_against_the_control_track_a():
     assert "random" not in set(gains["label"])  # contract 6: a control gets no gain row
 
 
+@pytest.mark.slow
 def test_data_free_attacks_meet_data_free_controls_only():
     # contract 6: each data mode is compared with its own controls, a gain per control
     recs = [_record("random", "surrogate", s, [0.5] * 3) for s in range(3)]

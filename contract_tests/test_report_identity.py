@@ -124,6 +124,7 @@ def test_seeds_of_different_code_are_split_and_old_records_fall_back_to_git(tmp_
     assert labels == {"random [code git aaaaaaaaaaaa]", "random [code git aaaaaaaaaaaa+dirty]", "knockoff"}
 
 
+@pytest.mark.slow
 def test_cells_kept_stale_are_marked(tmp_path):
     write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5)
     write_seed(tmp_path / "r" / "t" / "seed_1", 1, 0.5,

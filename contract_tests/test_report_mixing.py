@@ -110,6 +110,7 @@ def _cell(cell_id: str, label: str, seed: int, status: str = "passed", budgets=(
     return {"id": cell_id, "status": status, "metrics_rows": rows, "summary": summary}
 
 
+@pytest.mark.slow
 def test_seed_folder_without_summary_is_an_unfinished_run_left_out(tmp_path, capsys):
     # the engine writes summary.json last: metrics.csv alone is a run that was killed or still runs
     _run(tmp_path, "done", "random", [0, 1], [1000, 10000], 0.5)
@@ -125,6 +126,7 @@ def test_seed_folder_without_summary_is_an_unfinished_run_left_out(tmp_path, cap
     assert list(excluded["run_name"]) == ["killed"] and list(excluded["status"]) == ["no summary.json"]
 
 
+@pytest.mark.slow
 def test_report_cells_that_did_not_pass_are_left_out_and_named(tmp_path):
     doc = {"cells": [_cell("random-s0", "random", 0), _cell("random-s1", "random", 1),
                      _cell("kc-s0", "activethief_kcenter", 0, status="failed"),

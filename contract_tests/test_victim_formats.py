@@ -115,6 +115,7 @@ def test_a_numpy_callable_answers_like_the_checkpoint(make_cfg, victims):
 
 # contract 4 / 10: the same Random run (metrics.csv rows) from the checkpoint, its TorchScript
 # export and the callable, bit for bit.
+@pytest.mark.slow
 def test_the_same_random_run_from_every_exact_format(make_cfg, victims):
     rows = {}
     for name in ("mebench", "torchscript", "callable"):
