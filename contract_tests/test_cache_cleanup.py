@@ -91,6 +91,7 @@ engine.run(parse_config(d), progress=False)
 """
 
 
+@pytest.mark.slow
 def test_real_ctrl_c_removes_the_cache(tmp_path, synth_victim_path):
     # contract 11.2, 17.5: a SIGINT (Ctrl-C) to a running process still deletes the cache
     import signal

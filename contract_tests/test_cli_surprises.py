@@ -321,6 +321,7 @@ def _collect(folder: pytest.Pytester, victim: str = "synth_victim.pt", *args: st
 
 @pytest.mark.parametrize("root", [None, "/no/such/data/root"])
 @pytest.mark.parametrize("collect_only", [True, False])
+@pytest.mark.slow
 def test_a_grid_without_a_data_root_fails_at_collection_in_one_line(grid_folder, monkeypatch, root, collect_only):
     # contract 15.2: fail fast -- one line when the grid is collected, no cell run, no folder created
     if root is None:
@@ -339,6 +340,7 @@ def test_a_grid_without_a_data_root_fails_at_collection_in_one_line(grid_folder,
     assert not (grid_folder.path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_grid_with_a_data_root_still_collects(grid_folder, monkeypatch, tmp_path):
     monkeypatch.setenv("MEBENCH_DATA_ROOT", str(tmp_path))
     result = _collect(grid_folder, "synth_victim.pt", "--collect-only")
@@ -346,6 +348,7 @@ def test_a_grid_with_a_data_root_still_collects(grid_folder, monkeypatch, tmp_pa
     result.stdout.fnmatch_lines(["*test_cell[nodata-random-surrogate-soft_prob-s0]*"])
 
 
+@pytest.mark.slow
 def test_a_grid_whose_only_victim_is_missing_fails_at_collection(grid_folder, monkeypatch, tmp_path):
     # contract 4: nothing to run because the victim is not trained: one line naming it and the fix
     monkeypatch.setenv("MEBENCH_DATA_ROOT", str(tmp_path))
@@ -383,6 +386,7 @@ def register():
 
 
 @pytest.mark.parametrize("present", [False, True])
+@pytest.mark.slow
 def test_a_selected_dataset_missing_from_the_data_root_fails_at_collection(grid_folder, monkeypatch, tmp_path,
                                                                            present):
     # contract 3.2, 15.2: a surrogate absent from the data root is one line before any cell runs

@@ -83,6 +83,7 @@ def test_prada_flags_a_synthetic_stream_and_not_a_natural_one():
 
 
 @given(st.lists(st.integers(1, 90), min_size=1, max_size=6))
+@pytest.mark.slow
 def test_prada_does_not_depend_on_how_the_stream_is_batched(sizes):
     x = _images("SYNTH", False)[0][:sum(sizes) + 120].float().div(255)
     one = Prada(Prada.Params(min_distances=20), torch.Generator())
@@ -105,6 +106,7 @@ def test_benign_streams_are_seeded_orders_of_the_whole_split():
         assert len(v) == 25 and sorted(v[:10]) == list(range(10)) and sorted(v[10:20]) == list(range(10))
 
 
+@pytest.mark.slow
 def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_path):
     # contract 1.1, 1.2: a detector neither charges nor alters an answer; it only records
     plain = make_cfg(cache={"enabled": False})
@@ -153,6 +155,7 @@ def test_prada_options_of_the_older_rule_validate(make_cfg):
     validate(make_cfg(defense={"name": "prada", "params": dict(LEGACY)}), check_files=False)
 
 
+@pytest.mark.slow
 def test_report_scores_detection_at_low_fpr(make_cfg, tmp_path):
     from mebench.report.writer import write_report
 

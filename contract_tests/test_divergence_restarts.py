@@ -104,6 +104,7 @@ def test_divergence_restarts_must_be_a_count(make_cfg, value):
     assert make_cfg().attack.divergence_restarts == 2
 
 
+@pytest.mark.slow
 def test_a_restart_in_a_run_is_in_the_summary_the_cell_flags_and_the_report(make_cfg, tmp_path, monkeypatch):
     real, calls = base.train_epochs, []
 

@@ -107,6 +107,7 @@ def test_grid_ids_and_forbidden_cells(bench: pytest.Pytester) -> None:
 
 
 # contract 1.1, 10: -k selects by id parts, --budgets/--seeds shorten the grid, markers follow the budgets
+@pytest.mark.slow
 def test_selection_and_shortening(bench: pytest.Pytester) -> None:
     def ids(*args: str) -> set[str]:
         result = bench.runpytest("benchmarks", "--collect-only", "-q", *args)
@@ -142,6 +143,7 @@ def test_invalid_benchmark_config_names_the_key(bench: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*mebench grid:*attack.params.batch_sise*did you mean 'batch_size'*"])
 
 
+@pytest.mark.slow
 def test_gpu_options_parse(bench: pytest.Pytester) -> None:
     # contract 14.3 (engine on a device): --gpus LIST restricts the set, --gpus alone means every GPU
     assert BenchOptions.from_config(bench.parseconfig("--gpus", "0,2")).gpus == (0, 2)
@@ -150,6 +152,7 @@ def test_gpu_options_parse(bench: pytest.Pytester) -> None:
 
 
 @given(workers=st.integers(1, 24), gpus=st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True))
+@pytest.mark.slow
 def test_workers_spread_evenly_over_the_allowed_gpus(workers: int, gpus: list[int]) -> None:
     # contract 14.3 (engine on a device): gwN -> GPU N mod count, only allowed GPUs, balanced load
     devices = [device_for_worker(f"gw{n}", gpus, 8, "cpu") for n in range(workers)]
@@ -167,6 +170,7 @@ def test_device_mapping_edge_cases() -> None:
 
 
 # contract 16: one JSON report per session; with -n 2 it holds the same cells and metrics as without
+@pytest.mark.slow
 def test_report_is_the_same_with_and_without_xdist(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and s0", "-p", "no:benchmark")
     serial = bench.runpytest(*args, "--mebench-json", "serial.json")
@@ -194,6 +198,7 @@ def test_report_is_the_same_with_and_without_xdist(bench: pytest.Pytester) -> No
 
 
 # contract 16: --resume keeps complete cells and reruns the others; --mebench-report renders the report
+@pytest.mark.slow
 def test_resume_skips_complete_cells(bench: pytest.Pytester) -> None:
     first = bench.runpytest("benchmarks", "-k", "random and surrogate and s0", "--mebench-json", "first.json",
                             "--mebench-report", "rendered")
@@ -215,6 +220,7 @@ def test_resume_skips_complete_cells(bench: pytest.Pytester) -> None:
 
 
 # contract 16: every grid run has its own folder; --resume continues the latest one
+@pytest.mark.slow
 def test_each_run_gets_its_own_folder_and_resume_continues_the_latest(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0")
     first = bench.runpytest(*args)
@@ -234,6 +240,7 @@ def test_each_run_gets_its_own_folder_and_resume_continues_the_latest(bench: pyt
 
 # issue: live progress per cell, also from xdist workers, a few lines per phase
 @pytest.mark.parametrize("workers", [[], ["-n", "2", "-p", "no:benchmark"]])
+@pytest.mark.slow
 def test_cells_report_progress_lines(bench: pytest.Pytester, workers: list[str]) -> None:
     result = bench.runpytest_subprocess("benchmarks", "-k", "random and surrogate and s0", *workers,
                                         "--mebench-progress", "0.001")
@@ -390,6 +397,7 @@ def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
     assert extra(gan) == pytest.approx(clones * per_example + 3 * 1000 * 4 * SECONDS_PER_GAN_EXAMPLE / 3600)
 
 
+@pytest.mark.slow
 def test_large_selection_needs_an_explicit_flag(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # no accidental multi-day grid: above the bound a run needs --budgets or --mebench-allow-large
     import mebench.cost
@@ -414,6 +422,7 @@ def test_gpus_without_cuda_is_said_before_any_cell_runs(bench: pytest.Pytester,
 
 
 # contract 1.2, 6.1: the grid's defense axis; a defended cell's id names the defense
+@pytest.mark.slow
 def test_grid_defense_axis(bench: pytest.Pytester) -> None:
     config = bench.path / "configs" / "benchmarks" / "mnist.yaml"
     config.write_text(SYNTH_CONFIG + "defenses:\n  - {name: none}\n  - {name: rounding, params: {decimals: 1}}\n")
@@ -468,6 +477,7 @@ def _alive(pid: int) -> bool:
 # reports the interruption, its workers stop, and no temporary query cache is left
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
 @pytest.mark.parametrize("group", [False, True], ids=["controller", "process-group"])
+@pytest.mark.slow
 def test_sigterm_stops_workers_and_removes_caches(bench: pytest.Pytester, group: bool) -> None:
     import os
     import signal
@@ -510,6 +520,7 @@ def test_sigterm_stops_workers_and_removes_caches(bench: pytest.Pytester, group:
 # that does not exit in time on a loaded machine) cannot clean up; its controller removes the cache
 # at the end of the run, and only caches of its own run (a second run may share the cells folder)
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
+@pytest.mark.slow
 def test_a_killed_worker_s_query_cache_is_removed_by_its_controller(bench: pytest.Pytester) -> None:
     import os
     import signal
@@ -545,6 +556,7 @@ def test_a_killed_worker_s_query_cache_is_removed_by_its_controller(bench: pytes
 
 
 # contract 11.2: a run killed outright (SIGKILL) cannot clean up; --resume removes what it left
+@pytest.mark.slow
 def test_resume_removes_query_caches_a_killed_run_left(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0", "--mebench-cells", "cells")
     stale = bench.path / "cells" / "synth-mlp-random-surrogate-hard_top1-s0" / ".query_cache"

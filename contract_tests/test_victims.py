@@ -48,6 +48,7 @@ def test_crop_flip_keeps_shape_and_content():
     assert not torch.equal(x, y)
 
 
+@pytest.mark.slow
 def test_cifar_recipe_code_path_on_synthetic_data(tmp_path, monkeypatch):
     # contract 4: `mebench victim train` writes PATH.pt and PATH.json with test_accuracy (synthetic CIFAR-10)
     import torchvision.datasets as tvd

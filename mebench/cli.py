@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mebench.errors import ConfigError, MebenchError, OutputExistsError, interrupt_on_sigterm
+from mebench.errors import ConfigDeprecationWarning, ConfigError, MebenchError, OutputExistsError, interrupt_on_sigterm
 from mebench.options import int_list
 from mebench.progress import stderr_lines
 
@@ -296,9 +297,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import warnings
 
-    from mebench.errors import ConfigDeprecationWarning
-
-    warnings.simplefilter("default", ConfigDeprecationWarning)  # a user of the command sees old config keys
+    warnings.simplefilter("default", ConfigDeprecationWarning)  # Python hides DeprecationWarnings outside __main__
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv[:1] if argv[:1] in (["report"], ["docs"]) else argv)
     interrupt_on_sigterm()

@@ -23,6 +23,7 @@ from mebench.errors import ConfigDeprecationWarning, ConfigError
 from mebench.serial import config_hash, jsonable
 from mebench.training.spec import OptimizerSpec
 from mebench.types import OUTPUT_MODES
+from mebench.victims.registry import reads_file
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ def parse_config(raw: Any) -> RunConfig:
     """A ``RunConfig`` from the mapping that ``yaml.safe_load`` returned (schema checks only)."""
     if not isinstance(raw, Mapping):
         raise ConfigError("<root>", type(raw).__name__, "a config file must hold a mapping of sections")
-    raw = dict(raw)
+    raw = _old_spellings(dict(raw))
     victim = raw.get("victim")
     # The victim's input size, channels and normalization default to the dataset profile's.
     if isinstance(victim, Mapping) and isinstance(raw.get("dataset"), Mapping):
@@ -242,6 +243,32 @@ def _legacy_metrics(raw: dict) -> dict:
     return {**raw, "measure": measure}
 
 
+def _old_spellings(raw: dict) -> dict:
+    """``raw`` with deprecated spellings rewritten to the current ones, each with one
+    ``ConfigDeprecationWarning`` naming old and new.
+
+    Temperature has one spelling, the victim's (contract §1.2: T != 1 is an explicit oracle profile):
+    ``victim: {oracle_profile: tempered, temperature: T}``. The ``temperature`` defense
+    (``defense: {name: temperature, params: {temperature: T}}``) answered the same, through the
+    same transform, and is read as that victim section with no defense.
+    """
+    import warnings
+
+
+    defense, victim = raw.get("defense"), raw.get("victim")
+    if not (isinstance(defense, Mapping) and defense.get("name") == "temperature" and isinstance(victim, Mapping)):
+        return raw
+    params = defense.get("params") or {}
+    t = params.get("temperature", 1.0) if isinstance(params, Mapping) else 1.0
+    if victim.get("temperature", 1.0) != 1.0 or not isinstance(params, Mapping) or set(params) - {"temperature"}:
+        return raw  # validation names what is wrong with it
+    warnings.warn(f"defense 'temperature' is deprecated: write victim.oracle_profile: tempered and "
+                  f"victim.temperature: {t} (contract §1.2); read as that, with no defense",
+                  ConfigDeprecationWarning, stacklevel=3)
+    tempered = {"oracle_profile": "tempered", "temperature": t} if t != 1.0 else {}
+    return {**raw, "victim": {**victim, **tempered}, "defense": {"name": "none"}}
+
+
 def _victim_defaults(victim: dict, dataset_name: Any) -> dict:
     from mebench.data.profiles import PROFILES
 
@@ -264,7 +291,7 @@ def resolve_paths(cfg: RunConfig, config_dir: Path) -> RunConfig:
     names both places tried.
     """
     ref = cfg.victim.checkpoint_ref
-    if cfg.victim.format != "callable":  # a callable is "package.module:function", not a path
+    if reads_file(cfg.victim.format):  # a callable is "package.module:function", not a path
         ref = _from_config_dir(ref, config_dir)
     root = cfg.dataset.data_root and _from_config_dir(cfg.dataset.data_root, config_dir)
     return dataclasses.replace(cfg, victim=dataclasses.replace(cfg.victim, checkpoint_ref=ref),

@@ -67,13 +67,13 @@ class DivergenceError(MebenchError, FloatingPointError):
     """Training produced a NaN or infinite loss; the cell stops instead of reporting NaN."""
 
 
+class ConfigDeprecationWarning(DeprecationWarning):
+    """A config spelling that still works for one release, read as its replacement (the message names
+    both). The ``mebench`` command shows it; under pytest it is in the warnings summary."""
+
+
 class SlowVictimWarning(UserWarning):
     """The victim answers fewer images per second than ``victim.throughput_floor``."""
-
-
-class ConfigDeprecationWarning(DeprecationWarning):
-    """A config key of an earlier release, still read; the message names the key that replaces it.
-    The ``mebench`` command shows these (Python hides a plain ``DeprecationWarning`` outside ``__main__``)."""
 
 
 def _sigterm_to_interrupt(signum: int, frame: object) -> None:  # pragma: no cover - signal path

@@ -27,6 +27,7 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from mebench.serial import jsonable
+from mebench.victims.registry import reads_file
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -189,7 +190,7 @@ def _probes(cfg: "RunConfig", plan: RunPlan) -> tuple[ProbePlan, ...]:
 
 def _victim_plan(cfg: "RunConfig", num_classes: int) -> VictimPlan:
     v = cfg.victim
-    is_file = v.format != "callable"
+    is_file = reads_file(v.format)
     return VictimPlan(v.victim_id, cfg.dataset.name, num_classes, v.format, v.outputs, v.layout, v.normalizes,
                       v.arch, file_sha256(v.checkpoint_ref) if is_file else None,
                       None if is_file else v.checkpoint_ref,

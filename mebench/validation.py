@@ -29,6 +29,7 @@ from mebench.registry import unknown_name_message
 from mebench.training.spec import OPTIMIZER_NAMES
 from mebench.naming import LABEL_RE
 from mebench.types import DATA_MODES, OUTPUT_MODES
+from mebench.victims.registry import FORMATS, LAYOUTS, OUTPUTS, reads_file
 
 
 def load_config(path: str | Path, overrides: Optional[Mapping[str, Any]] = None,
@@ -72,7 +73,7 @@ def check_paths(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_fro
 def check_files_exist(cfg: RunConfig, config_dir: Optional[Path] = None, data_root_from_file: bool = True) -> None:
     """The victim file and a configured data folder exist (torch-free; ``check_paths``'s first half)."""
     ref = cfg.victim.checkpoint_ref
-    if cfg.victim.format != "callable" and not Path(ref).is_file():
+    if reads_file(cfg.victim.format) and not Path(ref).is_file():
         what = "is a folder, not a checkpoint file" if Path(ref).is_dir() else f"not found {describe_places(ref, config_dir)}"
         raise ConfigError("victim.checkpoint_ref", ref,
                           f"victim checkpoint {what} (train one with `mebench victim train RECIPE`)")
@@ -101,7 +102,7 @@ def check_init_is_not_the_victims(cfg: RunConfig) -> None:
     ``substitute.allow_victim_init: true`` says the experiment means it. A victim without ``PATH.json``, or one that records no recipe seed and arch, passes."""
     s = cfg.substitute
     side = Path(cfg.victim.checkpoint_ref).with_suffix(".json")
-    if s.allow_victim_init or cfg.victim.format == "callable" or not side.is_file():
+    if s.allow_victim_init or not reads_file(cfg.victim.format) or not side.is_file():
         return
     try:
         meta = json.loads(side.read_text())
@@ -303,7 +304,6 @@ def pool_supplies(cfg: RunConfig, budget: int) -> bool:
 
 def _check_victim(cfg: RunConfig) -> None:
     from mebench.models.registry import MODELS
-    from mebench.victims.formats import FORMATS, LAYOUTS, OUTPUTS
 
     v, prof = cfg.victim, PROFILES.get(cfg.dataset.name)
     if not v.inference.eval:
@@ -321,18 +321,20 @@ def _check_victim(cfg: RunConfig) -> None:
     if any(s <= 0 for s in n.std):
         raise ConfigError("victim.normalization.std", list(n.std), "every std must be > 0")
     if v.format not in FORMATS:
-        raise ConfigError("victim.format", v.format, f"must be one of {', '.join(FORMATS)}")
+        raise ConfigError("victim.format", v.format, unknown_name_message("victim format", v.format, FORMATS.names()))
+    fmt = FORMATS.get(v.format)
     if v.outputs not in OUTPUTS:
         raise ConfigError("victim.outputs", v.outputs, f"must be one of {', '.join(OUTPUTS)}")
     if v.layout not in LAYOUTS:
         raise ConfigError("victim.layout", v.layout, f"must be one of {', '.join(LAYOUTS)}")
-    if v.layout != "nchw" and v.format != "callable":
-        raise ConfigError("victim.layout", v.layout, f"only a callable victim takes NHWC arrays, not format {v.format}")
-    if v.format == "mebench" and (v.outputs != "logits" or v.normalizes):
+    if v.layout not in fmt.layouts:
+        raise ConfigError("victim.layout", v.layout, f"format {v.format} takes {', '.join(sorted(fmt.layouts))} "
+                                                     "input only (a callable victim may take NHWC arrays)")
+    if fmt.whole_victim and (v.outputs != "logits" or v.normalizes):
         key, value = ("victim.outputs", v.outputs) if v.outputs != "logits" else ("victim.normalizes", True)
-        raise ConfigError(key, value, "a mebench checkpoint holds the unnormalized network returning logits; "
+        raise ConfigError(key, value, f"a {v.format} checkpoint holds the unnormalized network returning logits; "
                                       "victim.outputs and victim.normalizes describe the other formats")
-    if v.format != "mebench" and v.arch is not None:
+    if not fmt.whole_victim and v.arch is not None:
         raise ConfigError("victim.arch", v.arch, f"only a mebench checkpoint has an architecture, not format {v.format}")
     if not v.throughput_floor >= 0:
         raise ConfigError("victim.throughput_floor", v.throughput_floor, "must be >= 0 images/s")

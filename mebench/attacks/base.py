@@ -117,6 +117,11 @@ class Attack(ABC):
     #: every attack of that data mode is reported against (gain over control, paired by seed).
     null_control_for: ClassVar[frozenset[str]] = frozenset()
     Params: ClassVar[type] = NoParams
+    #: ``attack.params`` that make one run take seconds on tiny data (1x8x8 images, 4 classes, a
+    #: budget of a few hundred, one-epoch trainings): the registry-driven contract tests
+    #: (``contract_tests/test_attack_registry.py``) run every registered attack with them, so a new
+    #: attack is tested the day it is registered. ``None`` (not declared) fails those tests.
+    smoke_params: ClassVar[Optional[Mapping[str, Any]]] = None
 
     def __init__(self, ctx: AttackContext) -> None:
         # validation refuses the mode first; this keeps an attack built by hand (a test, a

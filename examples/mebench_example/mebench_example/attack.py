@@ -1,10 +1,10 @@
-"""``example_noise``: a complete, minimal mebench attack in a package of its own.
+"""``example_noise``: a complete, minimal mebench attack in a module of its own.
 
 It queries images of uniform noise in [0, 1], the simplest data-free query set.
-Copy this package to start your own attack: everything mebench needs is here.
+Copy this module to start your own attack: everything mebench needs is here.
 
-How it is found: ``pyproject.toml`` declares this module in the entry-point group
-``mebench.attacks``. The first time mebench looks up an attack name (config
+How it is found: ``pyproject.toml`` declares this module (``mebench_example.attack``) in the
+entry-point group ``mebench.attacks``. The first time mebench looks up an attack name (config
 validation, ``mebench list attacks``, the pytest grid), it imports every module
 of that group; importing this one runs ``@register_attack`` below, which adds
 ``ExampleNoise`` to the registry under its ``name``.
@@ -48,6 +48,9 @@ class ExampleNoise(Attack):
     #: gets no image pool (``self.ctx.pool is None``).
     data_modes = frozenset({"data_free"})
     # ``output_modes`` is left at the default (every mode): noise does not read the answers.
+    #: Parameters that run in seconds on tiny data: mebench's registry-driven contract tests
+    #: (budget, reproducibility, what the queries depend on) run every installed attack with them.
+    smoke_params = {"batch_size": 64}
 
     @dataclass(frozen=True)
     class Params:
