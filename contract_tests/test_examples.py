@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "examples" / "mebench_example"
 #: The registries a plugin of the example joins, by entry-point group.
 GROUPS = {"mebench.attacks": ("mebench.attacks", "ATTACKS"), "mebench.defenses": ("mebench.defenses", "DEFENSES"),
-          "mebench.victim_formats": ("mebench.victims.registry", "FORMATS")}
-# --- example probe: "mebench.probes": ("mebench.probes", "PROBES") joins GROUPS here -------------
+          "mebench.victim_formats": ("mebench.victims.registry", "FORMATS"),
+          "mebench.probes": ("mebench.probes", "PROBES")}
 
 
 def declared_entry_points() -> dict[str, dict[str, str]]:
@@ -115,7 +115,7 @@ def test_the_examples_own_tests_pass(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", str(PACKAGE / "tests"), "-q", "-p", "no:cacheprovider",
                            "--rootdir", str(PACKAGE)], cwd=PACKAGE, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "5 passed" in done.stdout
+    assert "7 passed" in done.stdout
 
 
 def _example_installed_here() -> bool:

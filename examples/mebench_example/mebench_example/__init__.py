@@ -4,7 +4,8 @@
 - ``defense``: ``example_smoothing``, answers mixed with the uniform distribution
   (group ``mebench.defenses``);
 - ``victim_format``: ``example_npz``, an MLP stored as NumPy arrays (group ``mebench.victim_formats``);
-- example probe: its module goes here (``probe``, group ``mebench.probes``).
+- ``probe``: ``example_confidence``, how confident each scored substitute is on the test split
+  (group ``mebench.probes``).
 
 Nothing is registered by importing this package: mebench imports each module named by an entry
 point on the first lookup in that registry. Each module has one test under ``tests/``.

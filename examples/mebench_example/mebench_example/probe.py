@@ -1,8 +1,8 @@
-"""``example_confidence``: a complete, minimal mebench measurement probe in a package of its own.
+"""``example_confidence``: a complete, minimal mebench measurement probe, one module.
 
 It measures how confident every scored substitute is on the victim's test split (the mean
 top-class probability) next to the victim's own confidence there, at every checkpoint and
-for each track. Copy this package to start your own probe: everything mebench needs is here.
+for each track. Copy this module to start your own probe: everything mebench needs is here.
 
 How it is found: ``pyproject.toml`` declares this module in the entry-point group
 ``mebench.probes``. The first time mebench looks up a probe (config validation, resolving a
