@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.testing import _images
 from mebench.training.loop import OptimizerSpec, train_steps
+from mebench.victims.load import victim_metadata
 from mebench.victims.outlier_exposure import train_steps_oe, uniform_target_loss
 from mebench.victims.recipes import load_recipe, train_victim
 
@@ -66,7 +68,8 @@ def test_outlier_exposure_lowers_the_victims_confidence_on_outliers_only():
 
 
 def test_oe_recipe_writes_its_outlier_set_into_the_metadata(tmp_path, monkeypatch):
-    # contract §4: PATH.json records the outlier source, loss weight, size and seed
+    # contract §4: PATH.json records the outlier source, loss weight, size and seed; a run's victim
+    # metadata (summary.json) carries it
     import torchvision.datasets as tvd
 
     class FakeMNIST:
@@ -82,6 +85,10 @@ def test_oe_recipe_writes_its_outlier_set_into_the_metadata(tmp_path, monkeypatc
     assert side["outlier_exposure"] == {"source": "synthetic_blobs", "lambda": 1.0, "loss": "uniform_target",
                                         "kind": "synthetic", "size": 96, "seed": OUTLIER_SEED}
     assert side["recipe"]["outlier_source"] == "synthetic_blobs"
+    cfg = SimpleNamespace(victim_id="v", input_size=(28, 28), channels=1, output_modes_supported=("soft_prob",),
+                          normalization=SimpleNamespace(mean=(0.1,), std=(0.3,)), checkpoint_ref=tmp_path / "v.pt",
+                          temperature=1.0, oracle_profile="default")
+    assert victim_metadata(cfg, "lenet5", tmp_path / "v.pt")["outlier_exposure"] == side["outlier_exposure"]
     plain = dataclasses.replace(recipe, outlier_source=NO_OUTLIERS)
     train_victim(plain, tmp_path / "p.pt", data_root=str(tmp_path), progress=False)
     assert "outlier_exposure" not in json.loads((tmp_path / "p.json").read_text())
