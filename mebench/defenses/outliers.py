@@ -7,7 +7,9 @@ defense grids use each as the other's attacker pool, so neither may be the outli
 defender that trained on the attacker's own pool would be told the answer. The default source is
 therefore synthetic: ``synthetic_blobs``, thresholded smoothed noise in the spirit of the "Blobs"
 anomalies of Hendrycks, Mazeika, Dietterich (ICLR 2019, Outlier Exposure), generated
-deterministically from a fixed seed at the victim's input shape. A registered dataset with the
+deterministically from a fixed seed at the victim's input shape; ``synthetic_strokes`` (pen strokes,
+nearer to handwritten characters) is a second source, to measure how much the choice matters, and
+the outlier set of the ``*_oe`` victim recipes (``mebench.victims.outlier_exposure``). A registered dataset with the
 victim's shape (KMNIST, the reference's choice, where the data root has it) may be named instead;
 ``check_outlier_source`` refuses one that is the victim's dataset or the cell's attacker pool.
 """
