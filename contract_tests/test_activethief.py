@@ -22,7 +22,7 @@ from mebench.attacks import activethief as at
 from mebench.attacks import selection as sel
 from mebench.config import build_dataclass
 from mebench.docs import cited_defaults
-from mebench.validation import load_config
+from mebench.config.validation import load_config
 from mebench.data.cache import QueryStore
 from mebench.data.pools import Pool
 from mebench.data.profiles import get_profile

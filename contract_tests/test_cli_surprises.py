@@ -140,7 +140,7 @@ def test_a_missing_victim_file_is_answered_before_torch_is_imported(tmp_path):
     said = [ln for ln in proc.stderr.splitlines() if not ln.startswith("import time:")]
     assert proc.returncode == 2 and len(said) == 1, proc.stderr[-2000:]
     assert "victim checkpoint not found" in said[0] and "not_trained.pt" in said[0]
-    assert "mebench.validation" in imported and "torch" not in imported and "numpy" not in imported
+    assert "mebench.config.validation" in imported and "torch" not in imported and "numpy" not in imported
 
 
 # ------------------------------------------------------------------------ missing extras
@@ -176,7 +176,7 @@ def test_an_import_error_of_another_package_is_not_disguised(monkeypatch):
 
 def test_onnx_victim_without_onnxruntime_names_the_extra(make_cfg, monkeypatch):
     from mebench.errors import ConfigError
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(ConfigError) as err:
@@ -265,7 +265,7 @@ def test_a_torchscript_victim_failing_on_the_probe_keeps_its_cause(make_cfg, tmp
     import warnings
 
     from mebench.errors import ConfigError
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     path = tmp_path / "victim.ts"
     with warnings.catch_warnings():

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mebench.attacks import ATTACKS, AttackContext, dfme
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.data.cache import QueryStore
 from mebench.data.profiles import get_profile
 from mebench.engine import collect

@@ -16,7 +16,7 @@ from mebench.defenses.detection import benign_streams, feed, shapiro_wilk_w, tpr
 from mebench.defenses.prada import Prada
 from mebench.errors import ConfigError
 from mebench.testing import _images
-from mebench.validation import validate
+from mebench.config.validation import validate
 
 # W from scipy.stats.shapiro (scipy 1.17.1) for numpy.random.default_rng(2019) draws, in this order.
 SCIPY_W = [(3, "normal", 0.9755364966506179), (5, "normal", 0.8732826306862672),

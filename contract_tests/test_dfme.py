@@ -21,7 +21,7 @@ from torch import nn
 
 from mebench.attacks import ATTACKS, AttackContext
 from mebench.attacks import dfme
-from mebench.validation import attack_params, load_config, validate
+from mebench.config.validation import attack_params, load_config, validate
 from mebench.data.profiles import get_profile
 from mebench.docs import cited_defaults
 from mebench.errors import ConfigError, DivergenceError

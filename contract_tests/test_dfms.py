@@ -24,7 +24,7 @@ from mebench.data.profiles import get_profile
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.testing import SYNTH_CLASSES, SYNTH_SHAPE, SpyNet, drive_attack, register_synthetic
-from mebench.validation import validate
+from mebench.config.validation import validate
 
 register_synthetic()
 TINY = dict(batch_size=8, latent_dim=8, generator_width=4, disc_width=4, gan_epochs=1, divgan_epochs=1,

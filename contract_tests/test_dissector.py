@@ -100,7 +100,7 @@ def test_grad_cam_shape_and_range():
 
 # contract 6.1 / 15.2: hard labels and a surrogate pool only; bad values fail with one line.
 def test_capabilities_and_bad_params(make_cfg):
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     meta = dissector.Dissector.describe()
     assert meta["output_modes"] == ["hard_top1"] and meta["data_modes"] == ["surrogate"] and meta["has_track_b"]

@@ -229,7 +229,7 @@ def test_example_attack_runs_in_the_grid(data_root, site, victim, tmp_path):
 def test_without_the_package_the_attack_is_unknown(victim, tmp_path):
     from mebench.config import parse_config
     from mebench.errors import ConfigError
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     raw = _run_config(victim, tmp_path / "runs")
     with pytest.raises(ConfigError, match="unknown attack 'example_noise'.*valid: .*random"):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from mebench.errors import ConfigError
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.victims.formats import build_victim
 from mebench.victims.registry import FORMATS, VictimFormat, reads_file, register_format
 from mebench.victims.wrapper import FrozenVictim

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mebench import threads
-from mebench.session import grid_threads
+from mebench.harness.session import grid_threads
 from test_plugin import bench, cells_by_id  # noqa: F401  (the pytester grid folder)
 
 pytest_plugins = ["pytester"]

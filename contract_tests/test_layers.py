@@ -1,4 +1,5 @@
-"""The package's layers (issue 35): the report reads only records (no torch) and no module
+"""The package's layers (issue 35): the report reads only records and the config layer only
+configs (neither imports torch) and no module
 imports another that imports it back (0 import circles)."""
 
 from __future__ import annotations
@@ -21,15 +22,28 @@ def module_names(folder: Path, prefix: str) -> list[str]:
     return names
 
 
-# issue 35: a report is read on machines without torch; importing any report module loads none.
-def test_no_report_module_imports_torch():
-    names = module_names(PACKAGE / "report", "mebench.report")
+def torch_modules_after_importing(names: list[str]) -> list[str]:
+    """The torch modules a fresh interpreter holds after importing ``names`` (at most 5)."""
     code = ("import importlib, json, sys\n"
             f"for name in {names!r}:\n"
             "    importlib.import_module(name)\n"
             "print(json.dumps(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))[:5]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert len(names) > 5 and json.loads(out.stdout) == [], out.stdout
+    return json.loads(out.stdout)
+
+
+# issue 35: a report is read on machines without torch; importing any report module loads none.
+def test_no_report_module_imports_torch():
+    names = module_names(PACKAGE / "report", "mebench.report")
+    assert len(names) > 5 and torch_modules_after_importing(names) == []
+
+
+# issue 35: the config layer (builder, schema, validation, plan) answers a config mistake before
+# any heavy import, so none of its modules loads torch.
+def test_no_config_module_imports_torch():
+    names = module_names(PACKAGE / "config", "mebench.config")
+    assert {"mebench.config.plan", "mebench.config.validation", "mebench.config.builder"} <= set(names)
+    assert torch_modules_after_importing(names) == []
 
 
 def imports_of(path: Path, name: str) -> set[str]:

@@ -28,7 +28,7 @@ from mebench.models.generators import seeded_generator
 from mebench.models.registry import build_model
 from mebench.models.wide_resnet import WideResNet
 from mebench.testing import SYNTH_CLASSES, SYNTH_SHAPE, SpyNet, drive_attack, register_synthetic
-from mebench.validation import attack_params, validate
+from mebench.config.validation import attack_params, validate
 
 register_synthetic()
 TINY = dict(batch_size=4, ndirs=2, latent_dim=8, generator_width=4, iter_clone=3, iter_exp=2, clone_arch="tiny_mlp")

@@ -1,4 +1,4 @@
-"""The pytest benchmark harness (mebench.plugin, mebench.session, benchmarks/).
+"""The pytest benchmark harness (mebench.harness.plugin, mebench.harness.session, benchmarks/).
 
 Each test runs pytest inside a pytester folder holding the real
 ``benchmarks/conftest.py`` and ``benchmarks/test_cells.py`` and a small
@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mebench.session import BenchOptions, device_for_worker
+from mebench.harness.session import BenchOptions, device_for_worker
 from mebench.report.paths import resolve_stored
 
 pytest_plugins = ["pytester"]
@@ -344,7 +344,7 @@ class _MutableStore:
 
 # contract 7: the D_B audit accepts an append-only log and catches a changed prefix
 def test_prefix_audit_detects_a_changed_d_b() -> None:
-    from mebench.cells import PrefixAudit, fingerprint
+    from mebench.harness.cells import PrefixAudit, fingerprint
     from mebench.data.cache import QueryStore
 
     real = PrefixAudit(QueryStore(6, (1, 2, 2), "hard_top1", 3))
@@ -376,7 +376,7 @@ def test_collection_prints_the_selected_cells_cost(bench: pytest.Pytester) -> No
 def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
     # the grid's size warning must see an attack's own training (Track B models, round models, GAN
     # pretraining), or a preset that trains for days looks like its Track A alone
-    from mebench.cost import SECONDS_PER_GAN_EXAMPLE, SECONDS_PER_STEP, estimate
+    from mebench.harness.cost import SECONDS_PER_GAN_EXAMPLE, SECONDS_PER_STEP, estimate
 
     cfg = {"budget": {"max_budget": 5000, "checkpoints": [1000, 5000]}}
     per_example = SECONDS_PER_STEP["tiny_mlp"] / 128 / 3600
@@ -400,9 +400,9 @@ def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
 @pytest.mark.slow
 def test_large_selection_needs_an_explicit_flag(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # no accidental multi-day grid: above the bound a run needs --budgets or --mebench-allow-large
-    import mebench.cost
+    import mebench.harness.cost
 
-    monkeypatch.setattr(mebench.cost, "LARGE_MAX_BUDGET", 200)  # the SYNTH grid (B = 300) becomes "large"
+    monkeypatch.setattr(mebench.harness.cost, "LARGE_MAX_BUDGET", 200)  # the SYNTH grid (B = 300) becomes "large"
     cell = ["-k", "random and seed and soft_prob and s0"]
     refused = bench.runpytest("benchmarks", "-q", *cell)
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
@@ -445,7 +445,7 @@ def test_loading_the_plugin_imports_neither_torch_nor_hypothesis_settings() -> N
     import subprocess
     import sys
 
-    code = ("import sys, mebench.plugin; "
+    code = ("import sys, mebench.harness.plugin; "
             "print(sorted(m for m in ('torch', 'pandas', 'mebench.engine', 'hypothesis') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

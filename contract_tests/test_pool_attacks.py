@@ -215,7 +215,7 @@ def test_capabilities_and_bad_params(make_cfg):
     for name, bad in [("epochs", 0), ("lr", -1.0), ("momentum", 1.0), ("lr_step", 0)]:
         with pytest.raises(ConfigError, match=name):
             knockoff.KnockoffNets.check_params(knockoff.KnockoffParams(**{name: bad}), 1000, (1000,))
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     for attack, key in [({"name": "copycat", "output_mode": "soft_prob"}, "attack.output_mode"),
                         ({"name": "jbda", "params": {"augmentation": "jbtop3"}}, "attack.params.augmentation")]:
@@ -300,7 +300,7 @@ def test_adaptive_bandit_learns_the_rewarding_class():
 
 # Knockoff adaptive needs the pool's own labels: refused in seed mode before any work, with one line.
 def test_adaptive_needs_a_labelled_pool(make_cfg):
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     with pytest.raises(ConfigError) as err:
         validate(make_cfg(attack={"name": "knockoff", "params": {"strategy": "adaptive"}},

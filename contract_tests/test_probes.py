@@ -14,10 +14,10 @@ import pytest
 from mebench import artifacts, engine
 from mebench.config import parse_config
 from mebench.errors import ConfigError
-from mebench.plan import resolve
+from mebench.config.plan import resolve
 from mebench.probes import MEASUREMENT_COLUMNS, PROBES, Probe, measurement, register_probe
 from mebench.testing import deep_update, synthetic_config_dict
-from mebench.validation import validate
+from mebench.config.validation import validate
 
 BUILT_INS = ("defense_utility", "detection", "track_b", "track_a", "health", "transfer")
 TINY = {"budget": {"max_budget": 100, "checkpoints": [50, 100]}}

@@ -110,7 +110,7 @@ def test_report_paths_are_relative_and_survive_moving_runs(tmp_path):
 
 
 def test_grid_report_json_paths_are_made_relative_to_it(tmp_path):
-    # issue 43: the grid's report.json (written by mebench.session) stores paths relative to itself
+    # issue 43: the grid's report.json (written by mebench.harness.session) stores paths relative to itself
     run = tmp_path / "runs" / "pytest" / "20260101T000000Z"
     cell = run / "cells" / "random-s0"
     cell.mkdir(parents=True)

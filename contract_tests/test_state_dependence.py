@@ -22,7 +22,7 @@ import torch
 
 from mebench.attacks import ATTACKS
 from mebench.testing import synthetic_victim
-from mebench.validation import attack_params, validate
+from mebench.config.validation import attack_params, validate
 from test_track_b_test_split import ATTACKS as WITH_TRACK_B, DATA_FREE, config, fingerprint
 
 #: Whole engine runs per variant: the claim itself is checked for every attack in the fast tier

@@ -119,7 +119,7 @@ def config(make_cfg, attack: dict[str, Any], other: dict[str, Any]):
 # contract 8 / 9: Track B (and every query) is the same whatever the test split holds
 @pytest.mark.parametrize("attack,other", [a[1:] for a in ATTACKS], ids=[a[0] for a in ATTACKS])
 def test_track_b_and_queries_do_not_depend_on_the_test_split(make_cfg, tmp_path, monkeypatch, attack, other):
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     cfg = config(make_cfg, attack, other)
     validate(cfg)

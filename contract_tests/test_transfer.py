@@ -21,7 +21,7 @@ from mebench import engine, world
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.transfer import TransferEvaluator, TransferSettings, _input_grad, correct_subset, fgsm, pgd
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mebench import cli, engine
 from mebench.config import parse_config
-from mebench.validation import load_config, validate
+from mebench.config.validation import load_config, validate
 from mebench.errors import ConfigError
 from mebench.testing import deep_update
 

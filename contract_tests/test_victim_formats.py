@@ -16,7 +16,7 @@ import torch
 
 from mebench import engine
 from mebench.errors import ConfigError, SlowVictimWarning, VictimLoadError
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.victims.formats import build_victim, export_victim, measure_throughput, throughput_warning
 from mebench.victims.wrapper import FrozenVictim
 

@@ -131,7 +131,7 @@ def _set_threads(threads: "int | None") -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mebench.validation import load_config
+    from mebench.config.validation import load_config
 
     cfg = load_config(args.config, overrides={"seeds": args.seeds, "budgets": args.budgets, "device": args.device,
                                               "data_root": args.data_root, "output_dir": args.out,
@@ -206,7 +206,7 @@ def cmd_victim_train(args: argparse.Namespace) -> int:
 def _train_one(args: argparse.Namespace, recipe: Any, out: Optional[Path]) -> int:
     import dataclasses
 
-    from mebench.validation import check_device
+    from mebench.config.validation import check_device
     from mebench.victims.recipes import train_victim
 
     if args.device:

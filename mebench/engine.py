@@ -1,6 +1,6 @@
 """The query loop and its lifecycle events (contract §7, §14.3; issue 35: plan -> world -> loop -> probes).
 
-``run(cfg)`` validates the config, resolves one plan per seed (``mebench.plan``), builds what all
+``run(cfg)`` validates the config, resolves one plan per seed (``mebench.config.plan``), builds what all
 seeds share (``mebench.world.prepare``) and runs every seed. A seed builds its world (oracle,
 query store, pool, attack), tells the plan's probes (``mebench.probes``) ``start``, lets the
 attack propose batches that the oracle answers and the store records, tells them ``checkpoint``
@@ -24,14 +24,14 @@ from mebench.config import RunConfig
 from mebench.data.cache import QueryStore
 from mebench.naming import QUERY_CACHE_DIR, sweep_dead_caches
 from mebench.oracle import Oracle
-from mebench.plan import RunPlan, resolve
+from mebench.config.plan import RunPlan, resolve
 from mebench.probes import MEASUREMENT_COLUMNS, PROBES, Probe, Scored, merge_section
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.resume import resume_seeds
 from mebench.seeding import seed_everything
 from mebench.state import EngineState
 from mebench.training.track_a import TrackATrainer
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.world import (  # noqa: F401  (re-exported: the harness and tests build worlds through these)
     DISCLAIMER_9, Prepared, World, build_pool, clean_store, defense_context, defense_for, independent_model,
     make_attack, make_oracle, make_store, make_track_a_trainer, open_store, prepare, row_identity, summary_head)
@@ -86,7 +86,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
              plan: Optional[RunPlan] = None) -> SeedResult:
     """One seed: build its world, collect queries, tell the probes each event, write the artifacts.
 
-    ``plan`` is the seed's resolved plan (``mebench.plan.resolve(cfg, seed)`` when omitted): the
+    ``plan`` is the seed's resolved plan (``mebench.config.plan.resolve(cfg, seed)`` when omitted): the
     attack's typed parameters and the probes come from it and ``summary.json`` records it with its
     hash, the code identity and, once the seed is done, ``completed_at``. ``oracle``, ``store`` and
     ``trainer`` default to fresh ones built from ``cfg``; the pytest harness passes its fixtures

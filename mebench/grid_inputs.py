@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mebench.grid import Cell, Grid, GridError
+from mebench.harness.grid import Cell, Grid, GridError
 
 
 def check_inputs(grid: Grid) -> None:

@@ -35,14 +35,14 @@ from mebench.models.registry import build_model
 from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner
 from mebench import identity
 from mebench.oracle import Oracle, AnswerPipeline
-from mebench.plan import RunPlan
+from mebench.config.plan import RunPlan
 from mebench.progress import Say
 from mebench.runinfo import git_commit, library_versions, machine_info
 from mebench.seeding import generator
 from mebench.serial import config_hash
 from mebench.state import EngineState
 from mebench.training.track_a import TrackASpec, TrackATrainer
-from mebench.validation import attack_params, defense_params, seed_pool_size
+from mebench.config.validation import attack_params, defense_params, seed_pool_size
 from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
 from mebench.victims.wrapper import FrozenVictim
 

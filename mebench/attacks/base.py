@@ -157,7 +157,7 @@ class Attack(ABC):
     def training_cost(cls, params: Any, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
         """Training outside the query loop (Track B models, round models, GAN pretraining).
 
-        Only sizes ``mebench.cost``'s estimate; the per-query cost already covers work done
+        Only sizes ``mebench.harness.cost``'s estimate; the per-query cost already covers work done
         per query (DFME's and MAZE's loops, selection). Default: none.
         """
         return TrainingCost()

@@ -26,7 +26,7 @@ from mebench.registry import Registry
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
-    from mebench.plan import RunPlan
+    from mebench.config.plan import RunPlan
     from mebench.training.health import LossCurve
     from mebench.types import CheckpointResult
     from mebench.world import World

@@ -30,7 +30,7 @@ from mebench.models.registry import MODELS, Normalized
 from mebench.registry import unknown_name_message
 from mebench.runinfo import machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
-from mebench.validation import check_device
+from mebench.config.validation import check_device
 from mebench.victims.load import save_victim
 from mebench.victims.outlier_exposure import oe_record, train_steps_oe
 

@@ -25,7 +25,7 @@ from mebench.data.cache import QueryStore
 from mebench.defenses import build_answers
 from mebench.defenses.detection import benign_streams, feed
 from mebench.defenses.prada import LEGACY, Prada
-from mebench.grid import load_grid
+from mebench.harness.grid import load_grid
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.seeding import seed_everything
 from mebench.state import EngineState

@@ -9,7 +9,7 @@ from mebench.defenses import DEFENSES, build_answers
 from mebench.errors import ConfigError
 from mebench.oracle import Oracle
 from mebench.testing import synthetic_config, synthetic_victim_net
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.victims.wrapper import FrozenVictim
 
 

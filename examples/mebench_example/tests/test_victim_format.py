@@ -7,7 +7,7 @@ import torch
 import mebench_example.victim_format  # noqa: F401  (registers example_npz; installed, the entry point does)
 from mebench.errors import ConfigError
 from mebench.testing import synthetic_config, synthetic_victim
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.victims.formats import build_victim
 from mebench.victims.registry import FORMATS
 from mebench.victims.wrapper import FrozenVictim

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import pytest
 
-from mebench.grid import Cell
+from mebench.harness.grid import Cell
 from mebench.serial import jsonable
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class CellRecorder:
 
         from mebench import artifacts
         from mebench.identity import code_identity
-        from mebench.plan import identity_hash
+        from mebench.config.plan import identity_hash
 
         summary = result.summary if result is not None else read_json(self.artifacts_dir / "summary.json")
         c = self.cell

@@ -1,8 +1,8 @@
 """mebench's pytest plugin (registered through the ``pytest11`` entry point).
 
-Hooks stay short and hand off to :class:`mebench.session.BenchSession`, kept in
+Hooks stay short and hand off to :class:`mebench.harness.session.BenchSession`, kept in
 ``config.stash``. This file adds the options, the markers, the
-``pytest_mebench_*`` hooks (``mebench.hookspec``), the result merge and the JSON
+``pytest_mebench_*`` hooks (``mebench.harness.hookspec``), the result merge and the JSON
 report; it changes nothing for test suites that do not run the grid. The grid's
 fixtures and cell generation are in ``mebench.harness``, which a benchmarks
 folder imports in its ``conftest.py``.
@@ -14,10 +14,10 @@ from typing import Optional
 
 import pytest
 
-from mebench import hookspec
-from mebench.cost import LARGE_CPU_HOURS, LARGE_MAX_BUDGET
+from mebench.harness import hookspec
+from mebench.harness.cost import LARGE_CPU_HOURS, LARGE_MAX_BUDGET
 from mebench.options import budget_list, gpu_list, int_list, positive_int, ray_address
-from mebench.session import BenchSession
+from mebench.harness.session import BenchSession
 
 BENCH_KEY = pytest.StashKey[BenchSession]()
 MARKERS = {
@@ -32,7 +32,7 @@ def bench_session(config: pytest.Config) -> BenchSession:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """Declare the ``pytest_mebench_*`` hooks (see ``mebench.hookspec``)."""
+    """Declare the ``pytest_mebench_*`` hooks (see ``mebench.harness.hookspec``)."""
     pluginmanager.add_hookspecs(hookspec)
 
 
@@ -116,9 +116,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """After ``-k``/``-m``: print the selected cells' cost; refuse a large grid unless asked for;
     refuse, in one line, a selection whose datasets are not in the data root."""
     bench_session(session.config).check_cost(session.items)
-    from mebench.grid import GridError
+    from mebench.harness.grid import GridError
     from mebench.grid_inputs import check_datasets
-    from mebench.session import _cell_of
+    from mebench.harness.session import _cell_of
 
     try:
         check_datasets([c for c in map(_cell_of, session.items) if c is not None])

@@ -47,7 +47,7 @@ def estimate(cfgs: Iterable) -> Cost:
     """Cost of running the run configs ``cfgs`` (one seed each), from ``mebench.config.RunConfig``."""
     from mebench.attacks import ATTACKS
     from mebench.training.loop import steps_for_budget
-    from mebench.validation import attack_params
+    from mebench.config.validation import attack_params
 
     cells = queries = steps = top = 0
     seconds = 0.0

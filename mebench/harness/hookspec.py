@@ -17,7 +17,7 @@ import pytest
 def pytest_mebench_update_cell(config: pytest.Config, cell: Any, record: dict[str, Any]) -> None:
     """Change one cell's record right after the cell ran, where it ran (xdist worker or main process).
 
-    ``cell`` is the :class:`mebench.grid.Cell` (id, attack, label, data mode,
+    ``cell`` is the :class:`mebench.harness.grid.Cell` (id, attack, label, data mode,
     output mode, seed, run config, defense); ``record`` is what goes to
     ``<cells dir>/<cell id>/result.json`` and into the report's ``cells`` list.
 

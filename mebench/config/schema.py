@@ -1,9 +1,9 @@
 """The run configuration's types (contract §15.1), parsing and path resolution.
 
 ``parse_config`` builds the frozen dataclasses from a YAML mapping (through
-``mebench.builder``); every mistake is one ``ConfigError`` naming the key, the
+``mebench.config.builder``); every mistake is one ``ConfigError`` naming the key, the
 value and the rule. The §15.2 rules that need the registries (attacks, models,
-datasets) and ``load_config`` live in ``mebench.validation``, so importing this
+datasets) and ``load_config`` live in ``mebench.config.validation``, so importing this
 module loads no attack. Relative paths in a config file are looked up from the
 current folder, then from the file's own folder (``resolve_paths``).
 """
@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import yaml
 
-from mebench import builder
+from mebench.config import builder
 from mebench.errors import ConfigDeprecationWarning, ConfigError
 from mebench.serial import config_hash, jsonable
 from mebench.training.spec import OptimizerSpec
@@ -97,7 +97,7 @@ class LossSection:
 class SubstituteSection:
     """The substitute. ``allow_victim_init``: a Track A ``init_seed`` that reproduces the victim's
     own initialization (same architecture, the victim recipe's seed) is refused unless this says
-    the experiment means it (``mebench.validation.check_init_is_not_the_victims``)."""
+    the experiment means it (``mebench.config.validation.check_init_is_not_the_victims``)."""
 
     arch: str
     init_seed: int = 1234
@@ -196,7 +196,7 @@ class RunConfig:
 
 # --------------------------------------------------------------------------- parsing
 def build_dataclass(cls: type, raw: Mapping[str, Any], prefix: str) -> Any:
-    """``mebench.builder.build_dataclass`` raising ``ConfigError``."""
+    """``mebench.config.builder.build_dataclass`` raising ``ConfigError``."""
     return builder.build_dataclass(cls, raw, prefix, ConfigError)
 
 

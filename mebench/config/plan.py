@@ -154,7 +154,7 @@ def resolve(cfg: "RunConfig", seed: Optional[int] = None) -> RunPlan:
     """
     from mebench.attacks import ATTACKS
     from mebench.data.profiles import PROFILES
-    from mebench.validation import attack_params, defense_params, pool_size
+    from mebench.config.validation import attack_params, defense_params, pool_size
 
     cls, params = ATTACKS.get(cfg.attack.name), attack_params(cfg)
     attack = AttackPlan(cfg.attack.name, cfg.attack_label(), cfg.attack.output_mode, params,

@@ -1,8 +1,8 @@
 """The benchmark session behind mebench's pytest plugin.
 
-The grid comes from ``mebench.grid`` (benchmark config -> cells); each cell is
+The grid comes from ``mebench.harness.grid`` (benchmark config -> cells); each cell is
 one test in ``benchmarks/test_cells.py`` that runs ``engine.run_seed`` once and
-records itself through ``mebench.cells``.
+records itself through ``mebench.harness.cells``.
 
 :class:`BenchSession` (one per pytest run, kept in ``config.stash``) holds the
 parsed options, the grid, the per-process victim cache and, on the controller,
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import pytest
 import yaml
 
-from mebench.cells import CELL_ID_KEY, RECORD_KEY, RERUN_KEY, read_json
-from mebench.grid import Cell, GridError, GridSet, load_grids
+from mebench.harness.cells import CELL_ID_KEY, RECORD_KEY, RERUN_KEY, read_json
+from mebench.harness.grid import Cell, GridError, GridSet, load_grids
 from mebench.naming import QUERY_CACHE_DIR, cache_owner_alive, cache_owner_token, latest_stamp_dir, make_stamp_dir, sweep_dead_caches, unused_stamp_dir
 
 if TYPE_CHECKING:
@@ -340,7 +340,7 @@ class BenchSession:
 
     def check_cost(self, items: Sequence[pytest.Item]) -> None:
         """Print the selected cells' rough cost; a large selection needs --budgets or --mebench-allow-large."""
-        from mebench.cost import estimate
+        from mebench.harness.cost import estimate
 
         cells = [c for c in map(_cell_of, items) if c is not None]
         if not cells:

@@ -34,7 +34,7 @@ from mebench.naming import LABEL_RE
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
-    from mebench.plan import RunPlan
+    from mebench.config.plan import RunPlan
 
 CONTRACT_BUDGETS = (1000, 10000, 100000, 1000000)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(-[A-Za-z0-9_.]+)*$")
@@ -132,8 +132,8 @@ class Cell:
 
     @cached_property
     def plan(self) -> "RunPlan":
-        """The cell's resolved plan (``mebench.plan``): what it runs, every default filled in."""
-        from mebench.plan import resolve
+        """The cell's resolved plan (``mebench.config.plan``): what it runs, every default filled in."""
+        from mebench.config.plan import resolve
 
         return resolve(self.cfg, self.seed)
 
@@ -390,7 +390,7 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
                seed: int, budgets: tuple[int, ...], rootdir: Path, vkey: Optional[str],
                victim: dict, defense: Optional[dict] = None, restarts: Optional[int] = None) -> Optional[Cell]:
     from mebench.config import parse_config
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     prefix = grid.spec.name if vkey is None else f"{grid.spec.name}-{vkey}"
     defense = defense or {"name": "none"}
@@ -446,6 +446,6 @@ def _run_config_dict(spec: BenchmarkSpec, victim: dict, cell_id: str, attack: st
 
 def _feasible_budgets(cfg: "RunConfig", budgets: tuple[int, ...]) -> tuple[int, ...]:
     """Checkpoints whose budget the attacker's pool can supply without repeating an image."""
-    from mebench.validation import pool_supplies
+    from mebench.config.validation import pool_supplies
 
     return tuple(b for b in budgets if pool_supplies(cfg, b))
