@@ -76,13 +76,21 @@ def test_transfer_is_never_charged_and_never_changes_the_run(make_cfg, tmp_path)
     assert a.summary["queries_used"] == b.summary["queries_used"] == 500
     assert (a.directory / "metrics.csv").read_bytes() == (b.directory / "metrics.csv").read_bytes()
     rows = list(csv.DictReader((b.directory / "transfer.csv").open()))
-    assert {(int(r["checkpoint_B"]), r["track"], r["method"]) for r in rows} == {
-        (0, "victim", "fgsm"), (0, "victim", "pgd"),  # the white-box reference on the victim itself
-        (0, "independent", "fgsm"), (0, "independent", "pgd"),  # a model trained on the victim's own data
-        (200, "A", "fgsm"), (200, "A", "pgd"), (500, "A", "fgsm"), (500, "A", "pgd")}
+    curve = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)  # the profile's transfer_eps_curve
+    assert {(int(r["checkpoint_B"]), r["track"], r["member"], r["method"], float(r["eps"])) for r in rows} == {
+        (b, track, member, method, eps) for b, track, member in (
+            (0, "victim", ""),  # the white-box reference on the victim itself
+            (0, "independent", "0"), (0, "independent", "1"), (0, "independent", "2"),  # the reference ensemble
+            (200, "A", ""), (500, "A", "")) for method in ("fgsm", "pgd") for eps in curve}
     whitebox = [r for r in rows if r["track"] == "victim"]
     assert all(r["success_rate"] == r["substitute_success_rate"] for r in whitebox)
-    assert all(0 <= float(r["success_rate"]) <= 1 and float(r["eps"]) == 0.3 for r in rows)
+    assert all(0 <= float(r["success_rate"]) <= 1 for r in rows)
+    pgd_rows = [r for r in rows if r["method"] == "pgd"]  # the step size scales with ε: 0.01 at 0.3
+    assert all(abs(float(r["alpha"]) - float(r["eps"]) / 30) < 1e-9 and r["steps"] == "40" for r in pgd_rows)
+    fidelity = list(csv.DictReader((b.directory / "fidelity.csv").open()))
+    assert {(int(r["checkpoint_B"]), r["track"], r["measure"]) for r in fidelity} >= {
+        (500, "A", "agreement_uniform_noise"), (500, "A", "agreement_untrained_generator"), (500, "A", "grad_cosine")}
+    assert all(float(r["value"]) == 1.0 for r in fidelity if r["track"] == "victim")  # the victim agrees with itself
     assert not (a.directory / "transfer.csv").exists() and b.summary["timings_s"]["transfer"] > 0
 
 

@@ -135,6 +135,13 @@ class MetricsSection:
 
     transfer: tuple[str, ...] = ()
     transfer_images: int = 1000
+    #: ε of the transfer curve; empty: the profile's ``transfer_eps_curve``.
+    transfer_eps: tuple[float, ...] = ()
+    #: Models in the ``independent`` reference ensemble (0: none); ``mebench.refcache``.
+    transfer_references: int = 3
+    #: Track A retrained from this many other initializations at the largest checkpoint (0: off);
+    #: ``mebench.init_variance``.
+    init_variance: int = 0
     benign_streams: int = 4
     benign_dataset: Optional[str] = None
 

@@ -49,7 +49,8 @@ from mebench.seeding import generator, seed_everything
 from mebench.state import EngineState
 from mebench.training.health import LossCurve, assess, restart_flag
 from mebench.training.track_a import TrackASpec, TrackATrainer
-from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
+from mebench import init_variance
+from mebench.transfer import TransferEvaluator, evaluator_for, reference_models, victim_seeds, write_records
 from mebench.types import CheckpointResult
 from mebench.validation import attack_params, defense_params, seed_pool_size, validate
 from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
@@ -76,7 +77,7 @@ class Prepared:
     surrogate_images: Optional[torch.Tensor] = None
     surrogate_labels: Optional[torch.Tensor] = None  # the surrogate dataset's own classes (pool labels)
     victim_train_images: Optional[torch.Tensor] = None
-    transfer_reference: Optional[torch.nn.Module] = None
+    transfer_reference: Optional[list[torch.nn.Module]] = None
     seconds: float = 0.0
     data_root: Optional[Path] = None
     download: bool = False
@@ -136,7 +137,7 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
         if cfg.dataset.data_mode == "seed":
             prep.victim_train_images = train_x
         if cfg.metrics.transfer:
-            prep.transfer_reference = independent_model(cfg, prep, train_x, train_y)
+            prep.transfer_reference = reference_models(cfg, num_classes, device, train_x, train_y)
     prep.seconds = time.perf_counter() - t0
     return prep
 
@@ -190,11 +191,10 @@ class CheckpointScorer:
         self.health: list[dict[str, Any]] = []  # one record per scored checkpoint and track (training.health)
         self.transfer: Optional[TransferEvaluator] = None
         self.transfer_rows: list[dict[str, Any]] = []
+        self.init_rows: list[dict[str, Any]] = []
         if cfg.metrics.transfer:  # the victim through the evaluation path: never the oracle, never the attack
             self.timings["transfer"] = 0.0
-            self.transfer = TransferEvaluator(prep.victim, prep.evaluator.x, prep.evaluator.y,
-                                              settings_for(prep.profile, cfg.metrics.transfer_images),
-                                              cfg.metrics.transfer, generator(seed, "transfer"))
+            self.transfer = evaluator_for(cfg, prep, seed)
             t0 = time.perf_counter()
             self.transfer_rows += self.transfer.reference_rows(seed, prep.transfer_reference)
             self.timings["transfer"] += time.perf_counter() - t0
@@ -236,6 +236,11 @@ class CheckpointScorer:
         self.record_health("A", budget, share, LossCurve.of(losses[:ticker.done]))
         self.timings["track_a"] += dt
         self.score_transfer(model, budget, "A")
+        if self.cfg.metrics.init_variance and budget == max(self.cfg.budget.checkpoints):  # off by default
+            t0 = time.perf_counter()
+            self.init_rows = init_variance.measure(self.trainer, x, y, self.prep.evaluator, self.seed,
+                                                   self.cfg.metrics.init_variance, self.transfer, victim_seeds(self.cfg))
+            self.timings["init_variance"] = time.perf_counter() - t0
         return CheckpointResult(self.seed, budget, "A", metrics, dt)
 
     def track_b(self, attack: Any, state: EngineState, budget: int) -> Optional[CheckpointResult]:
@@ -415,7 +420,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
                 rows.append(artifacts.metrics_row(res, _ident(cfg)))
         artifacts.write_metrics_csv(seed_dir / "metrics.csv", rows)
         if scorer.transfer is not None:
-            artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, scorer.transfer_rows)
+            write_records(seed_dir, scorer.transfer_rows)
 
     try:
         if store is None:  # created inside the try so an interrupt right after mkdir is cleaned up too
@@ -465,7 +470,9 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         artifacts.write_metrics_csv(seed_dir / "metrics.csv", rows)
         if scorer.transfer is not None:
             summary["transfer"] = scorer.transfer_rows
-            artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, scorer.transfer_rows)
+            write_records(seed_dir, scorer.transfer_rows)
+        if scorer.init_rows:
+            artifacts.write_csv(seed_dir / "init_variance.csv", init_variance.INIT_VARIANCE_COLUMNS, scorer.init_rows)
         artifacts.atomic_write_json(seed_dir / "summary.json", summary)
     return SeedResult(seed, rows, summary, seed_dir)
 

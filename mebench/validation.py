@@ -406,6 +406,11 @@ def _check_metrics(cfg: RunConfig) -> None:
         raise ConfigError("metrics.transfer", list(m.transfer), f"distinct methods among {', '.join(METHODS)}")
     if m.transfer_images <= 0:
         raise ConfigError("metrics.transfer_images", m.transfer_images, "must be a positive number of test images")
+    if any(not 0 < e <= 1 for e in m.transfer_eps) or len(set(m.transfer_eps)) != len(m.transfer_eps):
+        raise ConfigError("metrics.transfer_eps", list(m.transfer_eps), "distinct L∞ radii in (0, 1] (pixels in [0, 1])")
+    for key in ("transfer_references", "init_variance"):
+        if getattr(m, key) < 0:
+            raise ConfigError(f"metrics.{key}", getattr(m, key), "must be 0 (off) or a positive count")
     if m.benign_streams <= 0:
         raise ConfigError("metrics.benign_streams", m.benign_streams, "must be a positive number of streams per source")
     if m.benign_dataset is not None:
