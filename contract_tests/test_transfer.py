@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from mebench import engine
 from mebench.errors import ConfigError
+from mebench.fidelity import FidelityEvaluator, uniform_noise
 from mebench.models.registry import build_model
 from mebench.transfer import TransferEvaluator, TransferSettings, _input_grad, correct_subset, fgsm, pgd
 from mebench.validation import validate
@@ -128,11 +129,11 @@ def test_independent_reference_is_trained_once_per_process_and_equals_a_fresh_on
 
 # ------------------------------------------------------------------ issue 44: rates that mean one thing
 def _evaluator(victim: FrozenVictim, n: int = 120) -> TransferEvaluator:
-    """A tiny evaluator whose PGD start matters: one step of 0.05 from a start anywhere in ε 0.3."""
+    """A tiny evaluator whose PGD start matters: one step of ε/6 from a start anywhere in ε (0.15 and 0.3)."""
     g = torch.Generator().manual_seed(3)
     x = (torch.rand((n, *SHAPE), generator=g) * 255).round().to(torch.uint8)
     y = victim.logits(x.float() / 255).argmax(1)  # every image one the victim gets right
-    settings = TransferSettings(eps=0.3, pgd_steps=1, pgd_alpha=0.05, n_images=n, batch_size=32)
+    settings = TransferSettings(eps=(0.15, 0.3), pgd_steps=1, pgd_alpha=0.05, n_images=n, batch_size=32, alpha_eps=0.3)
     return TransferEvaluator(victim, x, y, settings, ("fgsm", "pgd"), torch.Generator().manual_seed(11))
 
 
@@ -144,9 +145,11 @@ def test_evaluating_rows_in_any_order_gives_the_same_rates():
 
     def rates(order):
         ev = _evaluator(victim)
+        ev.fidelity = FidelityEvaluator(victim.model, ev.x, ev.y, {"uniform_noise": uniform_noise(50, SHAPE, 7)})
         rows = [r for i in order for r in ev.rows(cells[i][0], 7, cells[i][1], cells[i][2])]
-        return {(r["checkpoint_B"], r["track"], r["method"]): (r["success_rate"], r["substitute_success_rate"],
-                                                                r["substitute_n_images"]) for r in rows}
+        return {(r["checkpoint_B"], r["track"], r.get("method", r.get("measure")), r.get("eps")): (
+            r.get("success_rate", r.get("value")), r.get("substitute_success_rate"), r.get("substitute_n_images"))
+            for r in rows}
 
     first = rates((0, 1, 2, 3))
     assert len({v[0] for k, v in first.items() if k[2] == "pgd"}) > 1  # the rates are not trivially equal

@@ -20,6 +20,7 @@ from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed,
                                         leaderboard_latex, leaderboard_table)
 from mebench.report.detection import detection_blocks, detection_frame, detection_table
 from mebench.report.health import health_blocks, health_frame
+from mebench.report.transfer import write_transfer_report
 from mebench.report.zoo import zoo_blocks, zoo_tables
 from mebench.report.identity import separate_unpoolable, stale_runs
 from mebench.report.load import NoResultsError, exclusions, load_records, results_frame, split_incomplete
@@ -160,4 +161,5 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
                       f"{out / 'health.md'}", stacklevel=2)
         _write_table(health, out, "health", files)
         _write_pages(health_blocks(health), out, "health", "mebench training health", files, html=False)
+    files.update(write_transfer_report(records, frame, out))
     return files
