@@ -141,7 +141,7 @@ def test_ensemble_members_differ_and_never_start_at_the_victims_seed(tmp_path):
 
 
 def test_the_ensemble_reports_its_spread():
-    # three reference members: the report pools them into one mean ± sample std
+    # contract §10: each member's PGD starts have their own stream; three reference members: the report pools them into one mean ± sample std
     victim = FrozenVictim(_model(0), "cpu")
     g = torch.Generator().manual_seed(3)
     x = (torch.rand((80, *SHAPE), generator=g) * 255).round().to(torch.uint8)
@@ -163,6 +163,7 @@ def test_the_ensemble_reports_its_spread():
 
 # ------------------------------------------------------------------ the init-variance probe
 def test_init_seeds_are_derived_distinct_and_avoid_the_fixed_and_victim_inits():
+    # contract §8: no probe model starts at Track A's fixed init or at the victim's own
     seeds = init_seeds(1234, 6, avoid=(0, None))
     assert seeds == init_seeds(1234, 6, avoid=(0,)) and len(set(seeds)) == 6
     assert 1234 not in seeds and 0 not in seeds

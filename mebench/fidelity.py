@@ -1,9 +1,10 @@
 """Transfer-relevant fidelity: how a substitute behaves where adversarial examples land.
 
-Test agreement says how often a substitute answers as the victim does on digits; it does not
-predict transfer (over 11 MNIST substitutes its rank correlation with PGD success at ε 0.3 was
-−0.21, issue 44). An L∞ perturbation of 0.2–0.3 moves an image well off the data manifold, so
-the measurements beside agreement look there, per checkpoint substitute:
+Test agreement says how often a substitute answers as the victim does on test images; it does
+not predict transfer (issue 44's audit of MNIST substitutes found no positive rank correlation
+between them, and a strong one with the two measurements below). An L∞ perturbation of 0.2–0.3
+moves an image well off the data manifold, so the measurements beside agreement look there, per
+checkpoint substitute:
 
 - ``agreement_uniform_noise``: agreement with the victim's top-1 on images of i.i.d. uniform
   pixels in [0, 1];

@@ -2,8 +2,7 @@
 
 Track A starts every checkpoint and every run seed from the same weights
 (``substitute.init_seed``, contract §8), so the spread over run seeds leaves the initialization
-out; on MNIST the init alone moved PGD success at ε 0.3 between 0.824 and 0.985 on a fixed
-query set (issue 44). With ``metrics.init_variance: k`` the largest checkpoint's D_B is used
+out, while on a fixed query set the init alone can move transfer success widely (issue 44). With ``metrics.init_variance: k`` the largest checkpoint's D_B is used
 again to train Track A from ``k`` other initializations: the weights come from ``init_seeds``
 (derived from ``init_seed``, the same for every run seed, never the fixed init nor the victim
 recipe's seed) while the batch order stays Track A's, so only the initialization varies. Each

@@ -1,9 +1,8 @@
 """The ``independent`` reference of transferability as an ensemble, trained once per machine.
 
-One independent model's transfer depends on its recipe and seed (on MNIST: 0.50 for a model
-trained by Track A's recipe on the 60k training images, 0.16 for one trained by the victim's
-own recipe at another seed, issue 44), so the reference is an ensemble read as mean and spread
-(``reference_specs``):
+One independent model's transfer depends strongly on its recipe and seed (issue 44 found a
+threefold difference on MNIST between Track A's recipe and the victim's own), so the reference
+is an ensemble read as mean and spread (``reference_specs``):
 
 - member 0: Track A's recipe over the whole training split with its true labels, from
   ``substitute.init_seed`` (the single reference mebench used before);
@@ -12,7 +11,7 @@ own recipe at another seed, issue 44), so the reference is an ensemble read as m
   initialization); when the victim records no usable recipe, Track A's recipe from another seed;
 - members 2…: Track A's recipe from seeds derived from ``init_seed`` (``derive_seed``).
 
-Each model costs minutes (S(60,000) = 12,000 steps on MNIST) and does not depend on the run
+Each model costs minutes (S(N) steps over the whole training split) and does not depend on the run
 seed, so its weights are kept in the machine-wide cache (``mebench.cachedir``, kind
 ``reference``), keyed by the training spec, device, torch threads, a fingerprint of the data and
 the code identity: a code change never reuses an entry. Entries are written atomically and read
