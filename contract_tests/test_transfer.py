@@ -104,29 +104,6 @@ def test_bad_transfer_settings_fail_before_any_work(make_cfg):
     assert e.value.key == "metrics.transfer_images"
 
 
-def test_independent_reference_is_trained_once_per_process_and_equals_a_fresh_one(make_cfg, monkeypatch):
-    # a grid process runs many cells on one dataset; the reference model is the same for all of
-    # them, so the second cell reuses the first one's weights (and gets exactly those weights)
-    from mebench.testing import _images
-    from mebench.training import track_a
-
-    cfg = make_cfg(metrics={"transfer": ["fgsm"]})
-    prep = engine.prepare(cfg)
-    x, y = _images("SYNTH", True)
-    monkeypatch.setattr(engine, "_INDEPENDENT", {})
-    trained = []
-    real_train = track_a.TrackATrainer.train
-    monkeypatch.setattr(track_a.TrackATrainer, "train", lambda self, *a, **k: trained.append(1) or real_train(self, *a, **k))
-    first = engine.independent_model(cfg, prep, x, y)
-    second = engine.independent_model(cfg, prep, x, y)
-    other = engine.independent_model(cfg, prep, x[:1000], y[:1000])  # other data: trained again
-    assert len(trained) == 2 and first is not second
-    for k, v in first.state_dict().items():
-        assert torch.equal(v, second.state_dict()[k])
-    assert not all(torch.equal(v, other.state_dict()[k]) for k, v in first.state_dict().items())
-    assert not first.training and not second.training
-
-
 # ------------------------------------------------------------------ issue 44: rates that mean one thing
 def _evaluator(victim: FrozenVictim, n: int = 120) -> TransferEvaluator:
     """A tiny evaluator whose PGD start matters: one step of ε/6 from a start anywhere in ε (0.15 and 0.3)."""

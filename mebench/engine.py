@@ -12,7 +12,6 @@ kind of attack it runs; capabilities are read from the attack class.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import shutil
 import time
 import warnings
@@ -140,30 +139,6 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
             prep.transfer_reference = reference_models(cfg, num_classes, device, train_x, train_y)
     prep.seconds = time.perf_counter() - t0
     return prep
-
-
-#: independent_model's weights by (spec, device, torch threads, data fingerprint): a grid process runs
-#: many cells on one victim dataset, and the reference (S(60,000) = 12,000 steps on MNIST) is the same
-#: for all of them, so it is trained once per process. Training is seeded and deterministic for a
-#: fixed device and thread count, so a cached model equals a freshly trained one.
-_INDEPENDENT: dict[tuple, dict[str, torch.Tensor]] = {}
-
-
-def independent_model(cfg: RunConfig, prep: Prepared, x: torch.Tensor, y: torch.Tensor) -> torch.nn.Module:
-    """Transferability's second reference: the substitute's architecture trained on the victim's own
-    training split with its true labels, by Track A's recipe over the whole split (S(N) steps,
-    cross-entropy) — what an attacker holding the real data could do. Trained once per process
-    for the same spec, device, thread count and data (``_INDEPENDENT``)."""
-    spec = dataclasses.replace(TrackASpec.from_config(cfg, prep.num_classes), output_mode="hard_top1")
-    trainer = TrackATrainer(spec, prep.device)
-    key = (repr(spec), str(prep.device), torch.get_num_threads(), tuple(x.shape), int(x.sum()), int(y.sum()),
-           hashlib.sha256(x[: min(len(x), 512)].contiguous().numpy().tobytes()).hexdigest())
-    if key not in _INDEPENDENT:
-        model = trainer.train(x.float().div_(255.0), y)
-        _INDEPENDENT[key] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model = trainer.fresh_model()
-    model.load_state_dict(_INDEPENDENT[key])
-    return model.eval()
 
 
 def build_pool(cfg: RunConfig, prep: Prepared, seed: int) -> Optional[Pool]:

@@ -16,10 +16,11 @@ own generator (``generator(seed, "transfer")`` in the engine), and PGD's random 
 a generator seeded per (run seed, ``checkpoint_B``, track, method) (``pgd_generator``), so the
 rows may be evaluated in any order, resumed or skipped without changing a number.
 
-Two reference rows per method place the numbers (``checkpoint_B`` 0): the attack crafted on
-the victim itself (track ``victim``, the white-box upper bound) and on a model of the
-substitute's architecture trained on the victim's own training data with its true labels
-(track ``independent``, ``mebench.engine.independent_model``).
+Reference rows per method and ε place the numbers (``checkpoint_B`` 0): the attack crafted on
+the victim itself (track ``victim``, the white-box upper bound) and on each member of an
+ensemble of models of the substitute's architecture trained on the victim's own training data
+with its true labels (track ``independent``, column ``member``; ``mebench.refcache``: trained once
+per machine and code identity).
 
 Every row is repeated over a list of ε (a success-vs-ε curve; ε 0.3 sits at the ceiling on
 MNIST, where white-box PGD reaches 1.0, and ε 0.2 separates substitutes far better). The list
@@ -30,7 +31,8 @@ profile's ``transfer_headline_eps`` (0.2 on MNIST-like data) is the one a leader
 ε, steps and step size are written with every row. The victim is reached through
 this evaluation path, never through the oracle: nothing here is charged to the budget and the
 attack never sees it. Rows go to ``transfer.csv`` (long format), so ``metrics.csv`` keeps
-exactly the contract's columns. Carlini–Wagner L2 is not implemented yet.
+exactly the contract's columns; the fidelity rows ``rows`` returns beside them
+(``mebench.fidelity``) go to ``fidelity.csv`` (``write_records``). Carlini–Wagner L2 is not implemented yet.
 """
 
 from __future__ import annotations
