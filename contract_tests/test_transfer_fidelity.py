@@ -211,3 +211,11 @@ def test_report_draws_the_curves_and_lists_fidelity_and_init_spread(make_cfg, tm
     assert "gradient cosine" in md and "agreement, uniform noise" in md and "init range" in md
     table = pd.read_csv(files["transfer_csv"])
     assert set(table["eps"]) == {0.1, 0.2} and (table[table["track"] == "independent"]["n"] == 4).all()  # 2 members x 2 seeds
+
+
+def test_missing_members_names_what_a_run_would_train(counted):
+    x, y = _data()
+    assert len(refcache.missing_members(_spec(), 3, None, "cpu", x, y)) == 3
+    refcache.reference_ensemble(_spec(), 2, None, "cpu", x, y)
+    missing = refcache.missing_members(_spec(), 3, None, "cpu", x, y)
+    assert len(counted) == 2 and len(missing) == 1 and missing[0] == refcache.reference_specs(_spec(), 3, None, 200)[2]

@@ -152,3 +152,12 @@ def reference_ensemble(base: TrackASpec, k: int, checkpoint_ref: Optional[str], 
     """The ``k`` reference models, each from the cache or trained once (``load_or_train``)."""
     fp = data_fingerprint(x, y)
     return [load_or_train(spec, device, x, y, fp) for spec in reference_specs(base, k, checkpoint_ref, len(x))]
+
+
+def missing_members(base: TrackASpec, k: int, checkpoint_ref: Optional[str], device: torch.device | str,
+                    x: torch.Tensor, y: torch.Tensor, threads: Optional[int] = None) -> list[TrackASpec]:
+    """The specs of the ensemble members a run would have to train (not in the cache): what a cost
+    estimate charges (each costs ``TrackATrainer(spec, device).steps(len(x))`` training steps)."""
+    fp = data_fingerprint(x, y)
+    return [s for s in reference_specs(base, k, checkpoint_ref, len(x))
+            if not is_cached(s, device, fp, threads)]
