@@ -217,13 +217,37 @@ def transfer_blocks(tt: pd.DataFrame, fid: pd.DataFrame, iv: pd.DataFrame, figur
     return blocks
 
 
-def write_transfer_report(records: Iterable[RunRecord], results: pd.DataFrame, out: Path) -> dict[str, Path]:
-    """Write the module's tables, figures and ``transfer.md`` when any folder measured transfer;
-    returns {file key: path} (empty when none did)."""
+def with_transfer_column(board: pd.DataFrame, transfer: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard with ``transfer_mean``/``transfer_std``/``transfer_eps``/``transfer_B``: PGD
+    success at the headline ε at each row's largest measured checkpoint (mean ± std over seeds);
+    unchanged when no run measured PGD transfer."""
+    if transfer.empty or not (transfer["method"] == "pgd").any():
+        return board
+    tt = transfer_table(transfer)
+    tt = tt[(tt["method"] == "pgd") & tt["track"].isin(["A", "B"])]
+    keep = []
+    for dataset, g in tt.groupby("dataset"):
+        eps = headline_eps(dataset, g["eps"])
+        g = g[(g["eps"] - eps).abs() < 1e-9]
+        keep.append(g.sort_values("checkpoint_B").groupby([*COND, "track"]).tail(1))
+    best = pd.concat(keep).rename(columns={"mean": "transfer_mean", "std": "transfer_std", "eps": "transfer_eps",
+                                           "checkpoint_B": "transfer_B"})
+    return board.merge(best[[*COND, "track", "transfer_mean", "transfer_std", "transfer_eps", "transfer_B"]],
+                       on=[*COND, "track"], how="left")
+
+
+def transfer_cell(row: pd.Series) -> str:
+    """The leaderboard's transfer cell: ``mean ± std @B``, or ``–``."""
+    if pd.isna(row.get("transfer_mean", np.nan)):
+        return "–"
+    return f"{_ms(row['transfer_mean'], row['transfer_std'])} @{budget_label(int(row['transfer_B']))}"
+
+
+def write_transfer_report(frames: dict[str, pd.DataFrame], results: pd.DataFrame, out: Path) -> dict[str, Path]:
+    """Write the module's tables, figures and ``transfer.md`` when any folder measured transfer
+    (``frames``: ``read_frames``); returns {file key: path} (empty when none did)."""
     from mebench.report.plots import write_transfer_curves
 
-    sources = set(results["source"]) if "source" in results else None
-    frames = read_frames(records, sources)
     if frames["transfer"].empty and frames["init_variance"].empty:
         return {}
     tt = transfer_table(frames["transfer"])
