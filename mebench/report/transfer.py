@@ -121,12 +121,12 @@ def init_variance_table(init: pd.DataFrame, transfer: pd.DataFrame, fidelity: pd
     ``init_max`` over all inits and seeds), with both means."""
     if init.empty:
         return pd.DataFrame()
-    fixed = _fixed_init_values(transfer, fidelity, results)
+    keys = [*COND, "checkpoint_B", "metric"]
+    fixed = {k: g["value"] for k, g in _fixed_init_values(transfer, fidelity, results).groupby(keys)}
     rows = []
-    for key, g in init.groupby([*COND, "checkpoint_B", "metric"], sort=True):
+    for key, g in init.groupby(keys, sort=True):
         per_seed = g.groupby("seed")["value"]
-        f = fixed[(fixed[[*COND, "checkpoint_B", "metric"]] == pd.Series(key, index=[*COND, "checkpoint_B", "metric"])
-                   ).all(axis=1)]["value"] if not fixed.empty else pd.Series(dtype=float)
+        f = fixed.get(key, pd.Series(dtype=float))
         rows.append({**dict(zip([*COND, "checkpoint_B", "metric"], key)),
                      "seed_mean": f.mean() if len(f) else np.nan, "seed_std": f.std(ddof=1) if len(f) > 1 else np.nan,
                      "n_seeds": int(g["seed"].nunique()), "init_mean": float(g["value"].mean()),
