@@ -134,7 +134,7 @@ class MetricsSection:
     (``mebench.defenses.detection``)."""
 
     transfer: tuple[str, ...] = ()
-    transfer_images: int = 1000
+    transfer_images: int = 500
     #: ε of the transfer curve; empty: the profile's ``transfer_eps_curve``.
     transfer_eps: tuple[float, ...] = ()
     #: Models in the ``independent`` reference ensemble (0: none); ``mebench.refcache``.

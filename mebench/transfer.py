@@ -107,7 +107,7 @@ class TransferSettings:
     eps: float | tuple[float, ...]
     pgd_steps: int
     pgd_alpha: float
-    n_images: int = 1000
+    n_images: int = 500
     batch_size: int = 500
     alpha_eps: Optional[float] = None
 
@@ -213,7 +213,7 @@ def settings_for(profile: Any, n_images: Optional[int] = None,
     """The profile's transfer settings: the ε curve (``transfer_eps_curve``, or ``eps`` when given,
     i.e. ``metrics.transfer_eps``), ``pgd_steps``, and ``pgd_alpha`` at ``transfer_eps``."""
     curve = tuple(float(e) for e in (eps if eps else profile.transfer_eps_curve or (profile.transfer_eps,)))
-    return TransferSettings(curve, profile.pgd_steps, profile.pgd_alpha, 1000 if n_images is None else n_images,
+    return TransferSettings(curve, profile.pgd_steps, profile.pgd_alpha, 500 if n_images is None else n_images,
                             alpha_eps=profile.transfer_eps)
 
 
