@@ -24,6 +24,19 @@ def _load_hypothesis_profile() -> None:
 _load_hypothesis_profile()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory):
+    """The machine-wide cache (``mebench.cachedir``: transfer reference models) lives in a folder
+    of this test session, so tests neither read nor fill the user's cache."""
+    old = os.environ.get("MEBENCH_CACHE_DIR")
+    os.environ["MEBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("mebench-cache"))
+    yield
+    if old is None:
+        os.environ.pop("MEBENCH_CACHE_DIR", None)
+    else:
+        os.environ["MEBENCH_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """Tiny tensors: a multi-threaded pool only adds latency (10x on a busy 2-core machine), so

@@ -6,7 +6,8 @@ utility cost and fitted description, the detector's records on the attack's and 
 streams, the per-checkpoint Track A steps and the result rows. Two tiny SYNTH runs at one torch
 thread cover them: Knockoff (Track A and B) behind PRADA with FGSM/PGD transfer, and Random
 behind Gaussian noise. The expected values live in ``data/pinned_outputs.json``, written by the
-code before measurements became probes; regenerate it only for a deliberate change in numbers:
+code before measurements became probes (transfer's rows since rewritten once, deliberately, for its
+ε curve and reference ensemble, checked equal to the pre-probe engine's); regenerate it only for a deliberate change in numbers:
 ``MEBENCH_PIN_WRITE=1 pytest contract_tests/test_outputs_pinned.py``.
 """
 

@@ -40,7 +40,7 @@ def test_the_plan_records_each_probe_and_its_params(make_cfg):
     plan = resolve(cfg)
     assert [p.name for p in plan.probes] == ["defense_utility", "detection", "track_b", "track_a", "health", "transfer"]
     probes = {p["name"]: p["params"] for p in plan.to_dict()["probes"]}
-    assert probes["transfer"] == {"methods": ["fgsm"], "images": 1000}
+    assert probes["transfer"] == {"methods": ["fgsm"], "images": 500, "eps": [], "references": 3}
     assert probes["detection"] == {"benign_streams": 4, "benign_dataset": None}
     assert resolve(make_cfg(measure={"transfer": {"methods": ["fgsm"], "images": 10}})).hash != plan.hash
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from mebench import engine, world
 from mebench.errors import ConfigError
+from mebench.fidelity import FidelityEvaluator, uniform_noise
 from mebench.models.registry import build_model
 from mebench.transfer import TransferEvaluator, TransferSettings, _input_grad, correct_subset, fgsm, pgd
 from mebench.config.validation import validate
@@ -76,13 +77,21 @@ def test_transfer_is_never_charged_and_never_changes_the_run(make_cfg, tmp_path)
     assert a.summary["queries_used"] == b.summary["queries_used"] == 500
     assert (a.directory / "metrics.csv").read_bytes() == (b.directory / "metrics.csv").read_bytes()
     rows = list(csv.DictReader((b.directory / "transfer.csv").open()))
-    assert {(int(r["checkpoint_B"]), r["track"], r["method"]) for r in rows} == {
-        (0, "victim", "fgsm"), (0, "victim", "pgd"),  # the white-box reference on the victim itself
-        (0, "independent", "fgsm"), (0, "independent", "pgd"),  # a model trained on the victim's own data
-        (200, "A", "fgsm"), (200, "A", "pgd"), (500, "A", "fgsm"), (500, "A", "pgd")}
+    curve = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)  # the profile's transfer_eps_curve
+    assert {(int(r["checkpoint_B"]), r["track"], r["member"], r["method"], float(r["eps"])) for r in rows} == {
+        (b, track, member, method, eps) for b, track, member in (
+            (0, "victim", ""),  # the white-box reference on the victim itself
+            (0, "independent", "0"), (0, "independent", "1"), (0, "independent", "2"),  # the reference ensemble
+            (200, "A", ""), (500, "A", "")) for method in ("fgsm", "pgd") for eps in curve}
     whitebox = [r for r in rows if r["track"] == "victim"]
     assert all(r["success_rate"] == r["substitute_success_rate"] for r in whitebox)
-    assert all(0 <= float(r["success_rate"]) <= 1 and float(r["eps"]) == 0.3 for r in rows)
+    assert all(0 <= float(r["success_rate"]) <= 1 for r in rows)
+    pgd_rows = [r for r in rows if r["method"] == "pgd"]  # the step size scales with ε: 0.01 at 0.3
+    assert all(abs(float(r["alpha"]) - float(r["eps"]) / 30) < 1e-9 and r["steps"] == "40" for r in pgd_rows)
+    fidelity = list(csv.DictReader((b.directory / "fidelity.csv").open()))
+    assert {(int(r["checkpoint_B"]), r["track"], r["measure"]) for r in fidelity} >= {
+        (500, "A", "agreement_uniform_noise"), (500, "A", "agreement_untrained_generator"), (500, "A", "grad_cosine")}
+    assert all(float(r["value"]) == 1.0 for r in fidelity if r["track"] == "victim")  # the victim agrees with itself
     assert not (a.directory / "transfer.csv").exists() and b.summary["timings_s"]["transfer"] > 0
 
 
@@ -95,36 +104,13 @@ def test_bad_transfer_settings_fail_before_any_work(make_cfg):
     assert e.value.key == "measure.transfer.images"
 
 
-def test_independent_reference_is_trained_once_per_process_and_equals_a_fresh_one(make_cfg, monkeypatch):
-    # a grid process runs many cells on one dataset; the reference model is the same for all of
-    # them, so the second cell reuses the first one's weights (and gets exactly those weights)
-    from mebench.testing import _images
-    from mebench.training import track_a
-
-    cfg = make_cfg(measure={"transfer": {"methods": ["fgsm"]}})
-    prep = engine.prepare(cfg)
-    x, y = _images("SYNTH", True)
-    monkeypatch.setattr(world, "_INDEPENDENT", {})
-    trained = []
-    real_train = track_a.TrackATrainer.train
-    monkeypatch.setattr(track_a.TrackATrainer, "train", lambda self, *a, **k: trained.append(1) or real_train(self, *a, **k))
-    first = engine.independent_model(cfg, prep, x, y)
-    second = engine.independent_model(cfg, prep, x, y)
-    other = engine.independent_model(cfg, prep, x[:1000], y[:1000])  # other data: trained again
-    assert len(trained) == 2 and first is not second
-    for k, v in first.state_dict().items():
-        assert torch.equal(v, second.state_dict()[k])
-    assert not all(torch.equal(v, other.state_dict()[k]) for k, v in first.state_dict().items())
-    assert not first.training and not second.training
-
-
 # ------------------------------------------------------------------ issue 44: rates that mean one thing
 def _evaluator(victim: FrozenVictim, n: int = 120) -> TransferEvaluator:
-    """A tiny evaluator whose PGD start matters: one step of 0.05 from a start anywhere in ε 0.3."""
+    """A tiny evaluator whose PGD start matters: one step of ε/6 from a start anywhere in ε (0.15 and 0.3)."""
     g = torch.Generator().manual_seed(3)
     x = (torch.rand((n, *SHAPE), generator=g) * 255).round().to(torch.uint8)
     y = victim.logits(x.float() / 255).argmax(1)  # every image one the victim gets right
-    settings = TransferSettings(eps=0.3, pgd_steps=1, pgd_alpha=0.05, n_images=n, batch_size=32)
+    settings = TransferSettings(eps=(0.15, 0.3), pgd_steps=1, pgd_alpha=0.05, n_images=n, batch_size=32, alpha_eps=0.3)
     return TransferEvaluator(victim, x, y, settings, ("fgsm", "pgd"), torch.Generator().manual_seed(11))
 
 
@@ -136,9 +122,11 @@ def test_evaluating_rows_in_any_order_gives_the_same_rates():
 
     def rates(order):
         ev = _evaluator(victim)
+        ev.fidelity = FidelityEvaluator(victim.model, ev.x, ev.y, {"uniform_noise": uniform_noise(50, SHAPE, 7)})
         rows = [r for i in order for r in ev.rows(cells[i][0], 7, cells[i][1], cells[i][2])]
-        return {(r["checkpoint_B"], r["track"], r["method"]): (r["success_rate"], r["substitute_success_rate"],
-                                                                r["substitute_n_images"]) for r in rows}
+        return {(r["checkpoint_B"], r["track"], r.get("method", r.get("measure")), r.get("eps")): (
+            r.get("success_rate", r.get("value")), r.get("substitute_success_rate"), r.get("substitute_n_images"))
+            for r in rows}
 
     first = rates((0, 1, 2, 3))
     assert len({v[0] for k, v in first.items() if k[2] == "pgd"}) > 1  # the rates are not trivially equal

@@ -33,7 +33,7 @@ from mebench.state import EngineState
 from mebench.training.track_a import TrackATrainer
 from mebench.config.validation import validate
 from mebench.world import (  # noqa: F401  (re-exported: the harness and tests build worlds through these)
-    DISCLAIMER_9, Prepared, World, build_pool, clean_store, defense_context, defense_for, independent_model,
+    DISCLAIMER_9, Prepared, World, build_pool, clean_store, defense_context, defense_for,
     make_attack, make_oracle, make_store, make_track_a_trainer, open_store, prepare, row_identity, summary_head)
 
 

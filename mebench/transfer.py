@@ -16,23 +16,31 @@ own generator (``generator(seed, "transfer")`` in the engine), and PGD's random 
 a generator seeded per (run seed, ``checkpoint_B``, track, method) (``pgd_generator``), so the
 rows may be evaluated in any order, resumed or skipped without changing a number.
 
-Two reference rows per method place the numbers (``checkpoint_B`` 0): the attack crafted on
-the victim itself (track ``victim``, the white-box upper bound) and on a model of the
-substitute's architecture trained on the victim's own training data with its true labels
-(track ``independent``, ``mebench.engine.independent_model``).
+Reference rows per method and ε place the numbers (``checkpoint_B`` 0): the attack crafted on
+the victim itself (track ``victim``, the white-box upper bound) and on each member of an
+ensemble of models of the substitute's architecture trained on the victim's own training data
+with its true labels (track ``independent``, column ``member``; ``mebench.refcache``: trained once
+per machine and code identity).
 
-ε, the PGD steps and step size come from the dataset profile (``transfer_eps``,
-``pgd_steps``, ``pgd_alpha``) and are written with every row. The victim is reached through
+Every row is repeated over a list of ε (a success-vs-ε curve; ε 0.3 sits at the ceiling on
+MNIST, where white-box PGD reaches 1.0, and ε 0.2 separates substitutes far better). The list
+is the profile's ``transfer_eps_curve`` unless ``measure.transfer.eps`` names one; PGD's step size
+stays proportional to ε as the profile defines it (``pgd_alpha`` at ``transfer_eps``, e.g.
+0.01 at 0.3: 40 steps of ε/30), and its step count is the profile's ``pgd_steps``. The
+profile's ``transfer_headline_eps`` (0.2 on MNIST-like data) is the one a leaderboard shows.
+ε, steps and step size are written with every row. The victim is reached through
 this evaluation path, never through the oracle: nothing here is charged to the budget and the
 attack never sees it. Rows go to ``transfer.csv`` (long format), so ``metrics.csv`` keeps
-exactly the contract's columns. Carlini–Wagner L2 is not implemented yet.
+exactly the contract's columns; the fidelity rows ``rows`` returns beside them
+(``mebench.fidelity``) go to ``fidelity.csv`` (``write_records``). Carlini–Wagner L2 is not implemented yet.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +54,7 @@ METHODS: tuple[str, ...] = ("fgsm", "pgd")
 #: Columns of transfer.csv.
 TRANSFER_COLUMNS: tuple[str, ...] = (
     "seed", "checkpoint_B", "track", "method", "eps", "steps", "alpha", "n_images",
-    "success_rate", "substitute_success_rate", "substitute_n_images", "seconds",
+    "success_rate", "substitute_success_rate", "substitute_n_images", "member", "seconds",
 )
 
 
@@ -75,23 +83,42 @@ def pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, steps: i
 
 
 def pgd_generator(seed: int, budget: int, track: str, method: str,
-                  device: torch.device | str = "cpu") -> torch.Generator:
+                  device: torch.device | str = "cpu", eps: Optional[float] = None,
+                  member: Optional[int] = None) -> torch.Generator:
     """The generator of one row's PGD starts, on ``device``: seeded from a stable hash of (run
-    seed, ``checkpoint_B``, track, method) alone, so a row's rate never depends on the rows
-    evaluated before it (a shared stream made it depend on their order and number)."""
+    seed, ``checkpoint_B``, track, method, ε, reference member) alone, so a row's rate never
+    depends on the rows evaluated before it (a shared stream made it depend on their order and number)."""
+    tag = f"transfer/pgd-start/B{budget}/{track}/{method}"
+    tag += "" if eps is None else f"/eps{eps:.6g}"
+    tag += "" if member is None else f"/m{member}"
     g = torch.Generator(device=torch.device(device))
-    return g.manual_seed(derive_seed(seed, f"transfer/pgd-start/B{budget}/{track}/{method}"))
+    return g.manual_seed(derive_seed(seed, tag))
 
 
 @dataclass(frozen=True)
 class TransferSettings:
-    """What the profile fixes: ε, PGD steps and step size; and how many test images to use."""
+    """What the profile fixes: ε (one or a curve), PGD steps and step size at ``alpha_eps``; and
+    how many test images to use.
 
-    eps: float
+    ``eps`` is one ε or a tuple of them; PGD's step size at ε is ``pgd_alpha * ε / alpha_eps``
+    (``alpha_eps`` defaults to the first ε), so the steps cover the same share of the ball at
+    every ε."""
+
+    eps: float | tuple[float, ...]
     pgd_steps: int
     pgd_alpha: float
-    n_images: int = 1000
+    n_images: int = 500
     batch_size: int = 500
+    alpha_eps: Optional[float] = None
+
+    @property
+    def eps_list(self) -> tuple[float, ...]:
+        return tuple(self.eps) if isinstance(self.eps, (tuple, list)) else (float(self.eps),)
+
+    def alpha(self, eps: float) -> float:
+        """PGD's step size at ``eps``: proportional to ε, as the profile's (ε, α) pair defines."""
+        ref = self.alpha_eps if self.alpha_eps is not None else self.eps_list[0]
+        return self.pgd_alpha * eps / ref
 
 
 def correct_subset(victim: FrozenVictim, x: torch.Tensor, y: torch.Tensor, n: int,
@@ -115,43 +142,55 @@ class TransferEvaluator:
         self.victim, self.settings, self.methods = victim, settings, tuple(methods)
         self.x, self.y = correct_subset(victim, test_x, test_y, settings.n_images, subset_generator)
         self.x, self.y = self.x.to(victim.device), self.y.to(victim.device)
+        self.fidelity: Any = None  # a mebench.fidelity.FidelityEvaluator, set by the caller
 
-    def reference_rows(self, seed: int, independent: Optional[nn.Module] = None) -> list[dict[str, Any]]:
-        """The two references (``checkpoint_B`` 0): the attacks crafted on the victim itself (track
-        ``victim``, the white-box upper bound) and on ``independent``, a model of the substitute's
-        architecture trained on the victim's own training data (track ``independent``)."""
+    def reference_rows(self, seed: int, independent: nn.Module | Sequence[nn.Module] | None = None
+                       ) -> list[dict[str, Any]]:
+        """The references (``checkpoint_B`` 0): the attacks crafted on the victim itself (track
+        ``victim``, the white-box upper bound) and on each model of ``independent``, models of the
+        substitute's architecture trained on the victim's own training data (track
+        ``independent``, one ``member`` per model: an ensemble, read as mean and spread)."""
         rows = self.rows(self.victim.model, seed, 0, "victim")
-        return rows + (self.rows(independent, seed, 0, "independent") if independent is not None else [])
+        models = [] if independent is None else [independent] if isinstance(independent, nn.Module) else independent
+        for i, model in enumerate(models):
+            rows += self.rows(model, seed, 0, "independent", member=i)
+        return rows
 
-    def rows(self, model: nn.Module, seed: int, budget: int, track: str) -> list[dict[str, Any]]:
-        """One row per method for one checkpoint substitute."""
+    def rows(self, model: nn.Module, seed: int, budget: int, track: str,
+             member: Optional[int] = None) -> list[dict[str, Any]]:
+        """One row per (method, ε) for one checkpoint substitute, then its fidelity rows
+        (``mebench.fidelity``) when the evaluator has a fidelity evaluator."""
         was = model.training
         model.eval()
         out = []
         try:
             for method in self.methods:
-                out.append(self._row(model, method, seed, budget, track))
+                for eps in self.settings.eps_list:
+                    out.append(self._row(model, method, eps, seed, budget, track, member))
+            if self.fidelity is not None:
+                out += self.fidelity.rows(model, seed, budget, track, member)
         finally:
             model.train(was)
         return out
 
-    def _row(self, model: nn.Module, method: str, seed: int, budget: int, track: str) -> dict[str, Any]:
+    def _row(self, model: nn.Module, method: str, eps: float, seed: int, budget: int, track: str,
+             member: Optional[int]) -> dict[str, Any]:
         s = self.settings
         craft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
         if method == "fgsm":
-            craft, steps, alpha = (lambda xb, yb: fgsm(model, xb, yb, s.eps)), 1, s.eps
+            craft, steps, alpha = (lambda xb, yb: fgsm(model, xb, yb, eps)), 1, eps
         else:
-            g = pgd_generator(seed, budget, track, method, self.x.device)  # this row's own starts
-            craft = lambda xb, yb: pgd(model, xb, yb, s.eps, s.pgd_steps, s.pgd_alpha, g)  # noqa: E731
-            steps, alpha = s.pgd_steps, s.pgd_alpha
+            g = pgd_generator(seed, budget, track, method, self.x.device, eps, member)  # this row's own starts
+            steps, alpha = s.pgd_steps, s.alpha(eps)
+            craft = lambda xb, yb: pgd(model, xb, yb, eps, steps, alpha, g)  # noqa: E731
         t0 = time.perf_counter()
         fooled_victim, fooled_self, agreed = self._score(model, craft)
         n = int(self.x.shape[0])
-        return {"seed": seed, "checkpoint_B": budget, "track": track, "method": method, "eps": s.eps,
+        return {"seed": seed, "checkpoint_B": budget, "track": track, "method": method, "eps": eps,
                 "steps": steps, "alpha": alpha, "n_images": n,
                 "success_rate": fooled_victim / n if n else None,
                 "substitute_success_rate": fooled_self / agreed if agreed else None,
-                "substitute_n_images": agreed, "seconds": time.perf_counter() - t0}
+                "substitute_n_images": agreed, "member": member, "seconds": time.perf_counter() - t0}
 
     def _score(self, model: nn.Module, craft: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
                ) -> tuple[int, int, int]:
@@ -169,7 +208,71 @@ class TransferEvaluator:
         return fooled_victim, fooled_self, agreed
 
 
-def settings_for(profile: Any, n_images: Optional[int] = None) -> TransferSettings:
-    """The profile's transfer settings (``transfer_eps``, ``pgd_steps``, ``pgd_alpha``)."""
-    base = TransferSettings(profile.transfer_eps, profile.pgd_steps, profile.pgd_alpha)
-    return base if n_images is None else TransferSettings(base.eps, base.pgd_steps, base.pgd_alpha, n_images)
+def settings_for(profile: Any, n_images: Optional[int] = None,
+                 eps: Optional[Sequence[float]] = None) -> TransferSettings:
+    """The profile's transfer settings: the ε curve (``transfer_eps_curve``, or ``eps`` when given,
+    i.e. ``measure.transfer.eps``), ``pgd_steps``, and ``pgd_alpha`` at ``transfer_eps``."""
+    curve = tuple(float(e) for e in (eps if eps else profile.transfer_eps_curve or (profile.transfer_eps,)))
+    return TransferSettings(curve, profile.pgd_steps, profile.pgd_alpha, 500 if n_images is None else n_images,
+                            alpha_eps=profile.transfer_eps)
+
+
+def split_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(transfer rows, fidelity rows) of one mixed list (``TransferEvaluator.rows`` returns both)."""
+    return [r for r in rows if "method" in r], [r for r in rows if "measure" in r]
+
+
+def write_records(seed_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """``transfer.csv`` and, when there are fidelity rows, ``fidelity.csv`` (both long format, atomic)."""
+    from mebench import artifacts
+    from mebench.fidelity import FIDELITY_COLUMNS
+
+    transfer, fidelity = split_rows(rows)
+    artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, transfer)
+    if fidelity:
+        artifacts.write_csv(seed_dir / "fidelity.csv", FIDELITY_COLUMNS, fidelity)
+
+
+def evaluator_for(params: Any, prep: Any, seed: int) -> TransferEvaluator:
+    """One seed's transfer evaluator for the transfer probe's ``params`` (methods, images, eps), with
+    its fidelity evaluator (``mebench.fidelity``): the image subset from ``generator(seed, "transfer")``,
+    the off-manifold sets from the seed's own streams."""
+    from mebench.fidelity import FidelityEvaluator
+    from mebench.seeding import generator
+
+    ev = TransferEvaluator(prep.victim, prep.evaluator.x, prep.evaluator.y,
+                           settings_for(prep.profile, params.images, params.eps), params.methods,
+                           generator(seed, "transfer"))
+    p = prep.profile
+    off = FidelityEvaluator.default_sets(p.input_shape, seed, tuple(p.mean), tuple(p.std))
+    ev.fidelity = FidelityEvaluator(prep.victim.model, ev.x, ev.y, off)
+    return ev
+
+
+def reference_models(cfg: Any, k: int, num_classes: int, device: torch.device, x: torch.Tensor, y: torch.Tensor
+                     ) -> list[nn.Module]:
+    """The ``independent`` reference ensemble of ``k`` models (``measure.transfer.references``;
+    ``mebench.refcache``: trained once per machine and code identity)."""
+    from mebench.refcache import reference_ensemble
+    from mebench.training.track_a import TrackASpec
+
+    base = TrackASpec.from_config(cfg, num_classes)
+    return reference_ensemble(base, k, _victim_file(cfg), device, x, y)
+
+
+def _victim_file(cfg: Any) -> Optional[str]:
+    """The victim's checkpoint path when its format reads one (its recipe sits beside it as ``.json``)."""
+    from mebench.victims.registry import reads_file
+
+    return cfg.victim.checkpoint_ref if reads_file(cfg.victim.format) else None
+
+
+def victim_seeds(cfg: Any) -> tuple[int, ...]:
+    """The victim recipe's seed when its architecture is the substitute's (``PATH.json``): an
+    initialization no reference or init-variance model may start from."""
+    from mebench.refcache import _victim_recipe
+
+    path = _victim_file(cfg)
+    recipe = _victim_recipe(path) if path else None
+    seed = recipe.get("seed") if recipe and recipe.get("arch") == cfg.substitute.arch else None
+    return (seed,) if isinstance(seed, int) else ()

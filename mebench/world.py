@@ -10,8 +10,6 @@ store, the attacker's pool and the attack; ``World`` holds them for the loop and
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import shutil
 import time
 import warnings
@@ -42,6 +40,7 @@ from mebench.seeding import generator
 from mebench.serial import config_hash
 from mebench.state import EngineState
 from mebench.training.track_a import TrackASpec, TrackATrainer
+from mebench.transfer import reference_models
 from mebench.config.validation import attack_params, defense_params, seed_pool_size
 from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
 from mebench.victims.wrapper import FrozenVictim
@@ -109,39 +108,22 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
                     download=cfg.dataset.download)
     if cfg.dataset.data_mode == "surrogate":
         prep.surrogate_images, prep.surrogate_labels = prep.split(cfg.dataset.surrogate_name, True, command)
-    transfer = bool(cfg.measure_params("transfer").get("methods"))  # the transfer probe's second reference
-    if cfg.dataset.data_mode == "seed" or transfer:  # the victim's train split, read once
+    transfer = transfer_params(cfg)  # the transfer probe's independent reference ensemble
+    if cfg.dataset.data_mode == "seed" or transfer.methods:  # the victim's train split, read once
         train_x, train_y = prep.split(profile.name, True, command)
         if cfg.dataset.data_mode == "seed":
             prep.victim_train_images = train_x
-        if transfer:
-            prep.transfer_reference = independent_model(cfg, prep, train_x, train_y)
+        if transfer.methods:
+            prep.transfer_reference = reference_models(cfg, transfer.references, num_classes, device, train_x, train_y)
     prep.seconds = time.perf_counter() - t0
     return prep
 
 
-#: independent_model's weights by (spec, device, torch threads, data fingerprint): a grid process runs
-#: many cells on one victim dataset, and the reference (S(60,000) = 12,000 steps on MNIST) is the same
-#: for all of them, so it is trained once per process. Training is seeded and deterministic for a
-#: fixed device and thread count, so a cached model equals a freshly trained one.
-_INDEPENDENT: dict[tuple, dict[str, torch.Tensor]] = {}
+def transfer_params(cfg: RunConfig) -> Any:
+    """The transfer probe's typed parameters (``measure.transfer``, defaults filled in)."""
+    from mebench.probes import PROBES
 
-
-def independent_model(cfg: RunConfig, prep: Prepared, x: torch.Tensor, y: torch.Tensor) -> torch.nn.Module:
-    """Transferability's second reference: the substitute's architecture trained on the victim's own
-    training split with its true labels, by Track A's recipe over the whole split (S(N) steps,
-    cross-entropy) — what an attacker holding the real data could do. Trained once per process
-    for the same spec, device, thread count and data (``_INDEPENDENT``)."""
-    spec = dataclasses.replace(TrackASpec.from_config(cfg, prep.num_classes), output_mode="hard_top1")
-    trainer = TrackATrainer(spec, prep.device)
-    key = (repr(spec), str(prep.device), torch.get_num_threads(), tuple(x.shape), int(x.sum()), int(y.sum()),
-           hashlib.sha256(x[: min(len(x), 512)].contiguous().numpy().tobytes()).hexdigest())
-    if key not in _INDEPENDENT:
-        model = trainer.train(x.float().div_(255.0), y)
-        _INDEPENDENT[key] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model = trainer.fresh_model()
-    model.load_state_dict(_INDEPENDENT[key])
-    return model.eval()
+    return PROBES.get("transfer").configure(cfg)
 
 
 def build_pool(cfg: RunConfig, prep: Prepared, seed: int) -> Optional[Pool]:

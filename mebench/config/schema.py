@@ -128,6 +128,8 @@ class AttackSection:
 #: Still read (with a ``ConfigDeprecationWarning`` naming the new key) until the next release.
 LEGACY_METRICS: dict[str, tuple[str, str]] = {
     "transfer": ("transfer", "methods"), "transfer_images": ("transfer", "images"),
+    "transfer_eps": ("transfer", "eps"), "transfer_references": ("transfer", "references"),
+    "init_variance": ("init_variance", "inits"),
     "benign_streams": ("detection", "benign_streams"), "benign_dataset": ("detection", "benign_dataset"),
 }
 

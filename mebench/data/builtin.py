@@ -42,7 +42,8 @@ _FASHIONMNIST_NORM = ((0.2860,), (0.3530,))
 _CIFAR_NORM = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 _IMAGENET_NORM = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 #: Transferability on 32x32 / 224x224 RGB: ε = 8/255, 10 PGD steps of 2/255 (CIFAR-10 literature).
-_RGB_TRANSFER = {"transfer_eps": 8 / 255, "pgd_steps": 10, "pgd_alpha": 2 / 255}
+_RGB_TRANSFER = {"transfer_eps": 8 / 255, "pgd_steps": 10, "pgd_alpha": 2 / 255,
+                 "transfer_eps_curve": (2 / 255, 4 / 255, 8 / 255, 16 / 255), "transfer_headline_eps": 8 / 255}
 
 
 def _idx_files(folder: str, *stems: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from mebench.probes import defense as _defense  # noqa: F401  (first: the detect
 from mebench.probes import tracks as _tracks  # noqa: F401
 from mebench.probes import health as _health  # noqa: F401
 from mebench.probes import transfer as _transfer  # noqa: F401
+from mebench.probes import init_variance as _init_variance  # noqa: F401
 
 __all__ = ["MEASUREMENT_COLUMNS", "PROBES", "NoParams", "Probe", "Scored", "measurement", "merge_section",
            "register_probe"]

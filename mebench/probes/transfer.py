@@ -1,5 +1,7 @@
 """Transferability (``mebench.transfer``): adversarial examples crafted on each checkpoint
-substitute and on two references, scored on the victim; rows in ``transfer.csv``.
+substitute and on the references, over an ε curve, scored on the victim; rows in ``transfer.csv``,
+and the transfer-relevant fidelity (``mebench.fidelity``: off-manifold agreement, input-gradient
+cosine) in ``fidelity.csv``.
 
 A thin adapter: every number comes from ``TransferEvaluator``'s public API (``reference_rows``,
 ``rows``); this probe only decides when it is called and where its rows go.
@@ -12,19 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mebench import artifacts
 from mebench.probes.base import Probe, Scored, register_probe
-from mebench.seeding import generator
-from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
+from mebench.transfer import evaluator_for, write_records
 from mebench.world import World
 
 
 @dataclass(frozen=True)
 class TransferParams:
-    """``methods`` among ``mebench.transfer.METHODS`` (none: not measured); ``images`` test images per row."""
+    """``methods`` among ``mebench.transfer.METHODS`` (none: not measured); ``images`` test images per
+    row; ``eps`` the ε curve (empty: the dataset profile's ``transfer_eps_curve``); ``references``
+    the models of the ``independent`` reference ensemble (0: none; ``mebench.refcache``)."""
 
     methods: tuple[str, ...] = ()
-    images: int = 1000
+    images: int = 500
+    eps: tuple[float, ...] = ()
+    references: int = 3
 
 
 @register_probe("transfer")
@@ -51,6 +55,10 @@ class Transfer(Probe):
                               f"distinct methods among {', '.join(METHODS)}")
         if params.images <= 0:
             raise ConfigError("measure.transfer.images", params.images, "must be a positive number of test images")
+        if any(not 0 < e <= 1 for e in params.eps) or len(set(params.eps)) != len(params.eps):
+            raise ConfigError("measure.transfer.eps", list(params.eps), "distinct L∞ radii in (0, 1] (pixels in [0, 1])")
+        if params.references < 0:
+            raise ConfigError("measure.transfer.references", params.references, "must be 0 (none) or a positive count")
 
     @classmethod
     def applies(cls, plan: Any, params: TransferParams) -> bool:
@@ -58,9 +66,7 @@ class Transfer(Probe):
 
     def start(self, world: World) -> None:
         prep = world.prep  # the victim through the evaluation path: never the oracle, never the attack
-        self.evaluator = TransferEvaluator(prep.victim, prep.evaluator.x, prep.evaluator.y,
-                                           settings_for(prep.profile, self.params.images),
-                                           self.params.methods, generator(world.seed, "transfer"))
+        self.evaluator = evaluator_for(self.params, prep, world.seed)
         t0 = time.perf_counter()
         self.rows += self.evaluator.reference_rows(world.seed, prep.transfer_reference)
         self.timings["transfer"] += time.perf_counter() - t0
@@ -74,4 +80,4 @@ class Transfer(Probe):
         return {"transfer": self.rows}
 
     def write(self, seed_dir: Path, final: bool) -> None:
-        artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, self.rows)
+        write_records(seed_dir, self.rows)

@@ -170,3 +170,57 @@ def write_defense_scatter(matrix: pd.DataFrame, out_dir: Path) -> dict[tuple[str
         plt.close(fig)
         files[(dataset, mode)] = paths
     return files
+
+
+def write_transfer_curves(table: pd.DataFrame, out_dir: Path) -> dict[str, dict[str, Path]]:
+    """Success against ε (``mebench.report.transfer.transfer_table``), one PNG + SVG per (dataset,
+    victim, output mode), one panel per method: every condition and track at its largest checkpoint
+    (mean ± 1 std band over seeds, Track A solid and B dashed), the white-box victim dotted black
+    and the independent ensemble dotted grey (mean ± std over members and seeds)."""
+    written: dict[str, dict[str, Path]] = {}
+    if table.empty:
+        return written
+    colours = colour_map(table)
+    for (dataset, victim, mode), sub in table.groupby(["dataset", "victim_id", "output_mode"], sort=True):
+        methods = sorted(sub["method"].unique())
+        fig, axes = plt.subplots(1, len(methods), figsize=(5.2 * len(methods), 4.0), squeeze=False,
+                                 layout="constrained")
+        for ax, method in zip(axes[0], methods):
+            _draw_transfer_panel(ax, sub[sub["method"] == method], colours)
+            ax.set_title(method.upper(), fontsize=10)
+        fig.suptitle(f"{dataset} · {victim} · {mode} — transfer success against ε", fontsize=11)
+        key = f"{slug(dataset)}_{slug(victim)}_{slug(mode)}"
+        stem = out_dir / f"transfer_curves_{key}"
+        paths = {"png": stem.with_suffix(".png"), "svg": stem.with_suffix(".svg")}
+        fig.savefig(paths["png"], dpi=130)
+        fig.set_layout_engine("none")
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            fig.savefig(paths["svg"])
+        plt.close(fig)
+        written[key] = paths
+    return written
+
+
+def _draw_transfer_panel(ax: plt.Axes, sub: pd.DataFrame, colours: dict) -> None:
+    refs = {"victim": dict(color="black", linestyle=":"), "independent": dict(color="0.55", linestyle=":")}
+    drawn: set[str] = set()
+    for (label, mode, track), g in sub.groupby(["label", "data_mode", "track"], sort=True):
+        if track in drawn:  # every condition of a victim carries the same references: draw them once
+            continue
+        drawn.update({track} & set(refs))
+        g = g[g["checkpoint_B"] == g["checkpoint_B"].max()].sort_values("eps")
+        x, mean, std = (g[c].to_numpy(dtype=float) for c in ("eps", "mean", "std"))
+        if track in refs:
+            style, name = refs[track], f"{track} (reference)"
+        else:
+            style = dict(color=colours.get((label, mode), "C0"), **TRACK_STYLE.get(track, {}))
+            name = f"{label} ({mode}) {track}, B={budget_label(int(g['checkpoint_B'].iloc[0]))}"
+        ax.plot(x, mean, lw=1.6, ms=4, label=name, **style)
+        band = np.isfinite(std)
+        if band.any():
+            ax.fill_between(x[band], (mean - std)[band], (mean + std)[band], color=style["color"], alpha=0.15, lw=0)
+    ax.set_xlabel("ε (L∞, pixels in [0, 1])")
+    ax.set_ylabel("success rate on the victim")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, frameon=False)

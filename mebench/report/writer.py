@@ -20,6 +20,7 @@ from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed,
                                         leaderboard_latex, leaderboard_table)
 from mebench.report.detection import detection_blocks, detection_frame, detection_table
 from mebench.report.health import health_blocks, health_frame
+from mebench.report.transfer import read_frames, with_transfer_column, write_transfer_report
 from mebench.report.zoo import zoo_blocks, zoo_tables
 from mebench.report.identity import separate_unpoolable, stale_runs
 from mebench.report.load import NoResultsError, exclusions, load_records, results_frame, split_incomplete
@@ -108,6 +109,8 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     roles = condition_roles(frame)
     gains = gain_table(frame, also_against, n_bootstrap=n_bootstrap)
     board = leaderboard_gain_columns(leaderboard_table(auc), gains, roles)
+    transfer_frames = read_frames(records, set(frame["source"]) if "source" in frame else None)
+    board = with_transfer_column(board, transfer_frames["transfer"])
     comps = compare_all(comparison_points(long, auc), n_bootstrap=n_bootstrap)
     out = Path(out_dir) if out_dir is not None else default_out_dir(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -160,4 +163,5 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
                       f"{out / 'health.md'}", stacklevel=2)
         _write_table(health, out, "health", files)
         _write_pages(health_blocks(health), out, "health", "mebench training health", files, html=False)
+    files.update(write_transfer_report(transfer_frames, frame, out))
     return files

@@ -1,0 +1,163 @@
+"""The ``independent`` reference of transferability as an ensemble, trained once per machine.
+
+One independent model's transfer depends strongly on its recipe and seed (issue 44 found a
+threefold difference on MNIST between Track A's recipe and the victim's own), so the reference
+is an ensemble read as mean and spread (``reference_specs``):
+
+- member 0: Track A's recipe over the whole training split with its true labels, from
+  ``substitute.init_seed`` (the single reference mebench used before);
+- member 1: the victim's own recipe (``PATH.json``'s ``recipe``: optimizer, batch size, epochs)
+  for the substitute's architecture, from the recipe's seed + 1 (never the victim's own
+  initialization); when the victim records no usable recipe, Track A's recipe from another seed;
+- members 2…: Track A's recipe from seeds derived from ``init_seed`` (``derive_seed``).
+
+Each model costs minutes (S(N) steps over the whole training split) and does not depend on the run
+seed, so its weights are kept in the machine-wide cache (``mebench.cachedir``, kind
+``reference``), keyed by the training spec, device, torch threads, a fingerprint of the data and
+the code identity: a code change never reuses an entry. Entries are written atomically and read
+with ``torch.load(weights_only=True)``; an entry that cannot be read or does not fit the model is
+trained again and rewritten, never trusted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from mebench import artifacts, cachedir, identity
+from mebench.seeding import derive_seed
+from mebench.training.track_a import TrackASpec, TrackATrainer
+
+KIND = "reference"
+
+
+def data_fingerprint(x: torch.Tensor, y: torch.Tensor) -> str:
+    """A digest of the training split (shape, all labels, all pixels): the data a reference learns."""
+    h = hashlib.sha256(repr((tuple(x.shape), str(x.dtype))).encode())
+    h.update(x.contiguous().cpu().numpy().tobytes())
+    h.update(y.contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def cache_key(spec: TrackASpec, device: torch.device | str, threads: int, fingerprint: str,
+              code: Optional[str] = None) -> dict[str, Any]:
+    """Everything a reference's weights depend on (``code`` defaults to this code's identity)."""
+    return {"spec": repr(spec), "device": str(torch.device(device)), "threads": int(threads),
+            "data": fingerprint, "code": identity.code_identity() if code is None else code}
+
+
+def entry(key: dict[str, Any]) -> Path:
+    return cachedir.entry_path(KIND, key, ".pt")
+
+
+def is_cached(spec: TrackASpec, device: torch.device | str, fingerprint: str, threads: Optional[int] = None,
+              code: Optional[str] = None) -> bool:
+    """Whether a reference trained by ``spec`` on data ``fingerprint`` (``data_fingerprint``) is on
+    disk for this device, thread count (default: torch's current) and code identity. Existence
+    only: a damaged entry still reads as cached here and is retrained when loaded."""
+    threads = torch.get_num_threads() if threads is None else threads
+    return entry(cache_key(spec, device, threads, fingerprint, code)).is_file()
+
+
+def _load(path: Path, model: nn.Module) -> bool:
+    """Load ``path`` into ``model``; False when it cannot be read or does not fit."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["weights"])
+    except Exception:  # noqa: BLE001 - any damage means: retrain
+        return False
+    return True
+
+
+def load_or_train(spec: TrackASpec, device: torch.device | str, x: torch.Tensor, y: torch.Tensor,
+                  fingerprint: Optional[str] = None,
+                  train: Optional[Callable[[TrackATrainer, torch.Tensor, torch.Tensor], nn.Module]] = None
+                  ) -> nn.Module:
+    """The reference trained by ``spec`` on (x uint8, y): from the cache when a readable entry
+    exists, else trained (``train``, by default ``TrackATrainer.train`` on x/255) and stored."""
+    trainer = TrackATrainer(spec, device)
+    key = cache_key(spec, device, torch.get_num_threads(), fingerprint or data_fingerprint(x, y))
+    path = entry(key)
+    model = trainer.fresh_model()
+    if path.is_file() and _load(path, model):
+        return model.eval()
+    trained = (train or (lambda t, a, b: t.train(a.float().div(255.0), b)))(trainer, x, y)
+    weights = {k: v.detach().cpu().clone() for k, v in trained.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    artifacts.atomic_save_torch({"weights": weights}, path)
+    artifacts.atomic_write_text(path.with_suffix(".json"), json.dumps(key, sort_keys=True, indent=1))
+    return trained.eval()
+
+
+def _victim_recipe(checkpoint_ref: str) -> Optional[dict[str, Any]]:
+    """The ``recipe`` of the victim's ``PATH.json``, if it records one."""
+    side = Path(checkpoint_ref).with_suffix(".json")
+    try:
+        meta = json.loads(side.read_text())
+    except (OSError, ValueError):
+        return None
+    recipe = meta.get("recipe") if isinstance(meta, dict) else None
+    return recipe if isinstance(recipe, dict) else None
+
+
+def victim_recipe_spec(base: TrackASpec, recipe: Optional[dict[str, Any]], train_size: int) -> Optional[TrackASpec]:
+    """``base`` (the substitute's architecture) trained by the victim's recipe from its seed + 1:
+    the recipe's optimizer and batch size, ceil(epochs · N / batch) steps. None when the recipe
+    is missing, augments, or records no seed or epochs."""
+    from mebench.config import build_dataclass
+    from mebench.training.loop import OptimizerSpec
+
+    if not recipe or recipe.get("augment", "none") != "none":
+        return None
+    seed, epochs, batch = recipe.get("seed"), recipe.get("epochs"), int(recipe.get("batch_size", 128))
+    if not isinstance(seed, int) or not isinstance(epochs, (int, float)) or epochs <= 0 or batch <= 0:
+        return None
+    try:
+        optimizer = build_dataclass(OptimizerSpec, recipe.get("optimizer") or {}, "recipe.optimizer")
+    except Exception:  # noqa: BLE001 - an unreadable recipe: no such member
+        return None
+    c = math.ceil(epochs * train_size / batch) / train_size  # S(N) = ceil(c·N) = the recipe's steps
+    return dataclasses.replace(base, init_seed=seed + 1, optimizer=optimizer, batch_size=batch,
+                               steps_coeff_c=c, output_mode="hard_top1")
+
+
+def reference_specs(base: TrackASpec, k: int, checkpoint_ref: Optional[str], train_size: int,
+                    victim_seed: Optional[int] = None) -> list[TrackASpec]:
+    """The ``k`` members' training specs (module docstring), true labels (``hard_top1``)."""
+    base = dataclasses.replace(base, output_mode="hard_top1")
+    recipe = _victim_recipe(checkpoint_ref) if checkpoint_ref else None
+    specs = [base]
+    own = victim_recipe_spec(base, recipe, train_size)
+    if own is not None:
+        specs.append(own)
+    avoid = {base.init_seed, victim_seed, recipe.get("seed") if recipe else None}
+    i = 0
+    while len(specs) < k:
+        s = derive_seed(base.init_seed, f"reference/{i}") % (2**31)
+        i += 1
+        if s not in avoid:
+            specs.append(dataclasses.replace(base, init_seed=s))
+    return specs[:k]
+
+
+def reference_ensemble(base: TrackASpec, k: int, checkpoint_ref: Optional[str], device: torch.device | str,
+                       x: torch.Tensor, y: torch.Tensor) -> list[nn.Module]:
+    """The ``k`` reference models, each from the cache or trained once (``load_or_train``)."""
+    fp = data_fingerprint(x, y)
+    return [load_or_train(spec, device, x, y, fp) for spec in reference_specs(base, k, checkpoint_ref, len(x))]
+
+
+def missing_members(base: TrackASpec, k: int, checkpoint_ref: Optional[str], device: torch.device | str,
+                    x: torch.Tensor, y: torch.Tensor, threads: Optional[int] = None) -> list[TrackASpec]:
+    """The specs of the ensemble members a run would have to train (not in the cache): what a cost
+    estimate charges (each costs ``TrackATrainer(spec, device).steps(len(x))`` training steps)."""
+    fp = data_fingerprint(x, y)
+    return [s for s in reference_specs(base, k, checkpoint_ref, len(x))
+            if not is_cached(s, device, fp, threads)]
