@@ -339,13 +339,16 @@ class BenchSession:
                 tr.write_line(line)
 
     def check_cost(self, items: Sequence[pytest.Item]) -> None:
-        """Print the selected cells' rough cost; a large selection needs --budgets or --mebench-allow-large."""
+        """Print the selected cells' estimated wall time (``mebench.cost``, calibrated on this machine);
+        a large selection needs --budgets or --mebench-allow-large."""
         from mebench.cost import estimate
 
         cells = [c for c in map(_cell_of, items) if c is not None]
         if not cells:
             return
-        cost = estimate(c.cfg for c in cells)
+        workers = getattr(self.config.option, "numprocesses", None)
+        cost = estimate([c.plan for c in cells], threads=self.options.threads or None,
+                        workers=workers if isinstance(workers, int) and workers > 0 else 1)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None and not self.is_worker:  # under xdist the workers collect and enforce the guard
             tr.write_line(cost.line())
