@@ -229,21 +229,23 @@ class BenchSession:
         if self.is_worker:
             return []
         stale: list[Path] = []
-        if self.options.runs_dir is not None and self.options.runs_dir.is_dir():
-            stale += sweep_dead_caches(self.options.runs_dir, f"*/cells/*/{QUERY_CACHE_DIR}")
+        here: list[Path] = []
         if self._cells_dir is not None and self._cells_dir.is_dir():
-            stale += sweep_dead_caches(self._cells_dir, f"*/{QUERY_CACHE_DIR}")
+            here += sweep_dead_caches(self._cells_dir, f"*/{QUERY_CACHE_DIR}")
             if self.options.resume:
                 left = sorted(p for p in self._cells_dir.glob(f"*/{QUERY_CACHE_DIR}")
                               if p.is_dir() and not cache_owner_alive(p))
                 for path in left:
                     shutil.rmtree(path, ignore_errors=True)
-                stale += left
-        if stale:
-            where = self._cells_dir if self.options.resume and self._cells_dir is not None else self.options.runs_dir
-            self.messages.append(f"{'--resume: ' if self.options.resume else ''}removed {len(stale)} temporary "
-                                 f"query cache{'s' if len(stale) > 1 else ''} an interrupted run left in {where}")
-        return sorted(set(stale))
+                here += left
+        if self.options.runs_dir is not None and self.options.runs_dir.is_dir():  # the other folders of runs/pytest
+            stale += sweep_dead_caches(self.options.runs_dir, f"*/cells/*/{QUERY_CACHE_DIR}")
+        prefix = "--resume: " if self.options.resume else ""
+        for found, where in ((here, self._cells_dir), (sorted(set(stale) - set(here)), self.options.runs_dir)):
+            if found:
+                self.messages.append(f"{prefix}removed {len(found)} temporary query cache{'s' if len(found) > 1 else ''}"
+                                     f" an interrupted run left in {where}")
+        return sorted(set(stale) | set(here))
 
     def remove_own_caches(self) -> list[Path]:
         """Controller, at the end of the run: remove the query caches (§11.2) this run's cells left.
