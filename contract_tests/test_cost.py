@@ -162,3 +162,18 @@ def test_estimate_is_within_a_factor_of_two_of_a_real_cell(case, tmp_path, monke
     engine.run(cfg, progress=False)
     actual = time.perf_counter() - t0
     assert predicted / 2 <= actual <= predicted * 2, f"estimate {predicted:.1f} s, actual {actual:.1f} s"
+
+
+def test_measured_times_follow_the_load(make_cfg, monkeypatch) -> None:
+    # a step measured on an idle 2-CPU machine takes about twice as long at load 4 (each process gets half a CPU)
+    import mebench.threads
+    from mebench.calibration import load_factor
+
+    monkeypatch.setattr(mebench.threads, "usable_cpus", lambda: 2)
+    assert load_factor(0.5, 4.0, 2) == 2.0 and load_factor(6.0, 3.0, 2) == 0.5 and load_factor(None, 9.0, 2) == 1.0
+    cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]})
+    at = lambda load: lambda *a: {**fake_times(*a), "load": load}  # noqa: E731
+    idle = estimate([cfg], threads=1, times=at(1.0), load=1.0)
+    busy = estimate([cfg], threads=1, times=at(1.0), load=4.0)
+    assert busy.phases["track_a"] == pytest.approx(2 * idle.phases["track_a"])
+    assert "load 4 now vs 1 then" in busy.line()

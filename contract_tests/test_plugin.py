@@ -173,6 +173,9 @@ def test_report_is_the_same_with_and_without_xdist(bench: pytest.Pytester) -> No
     assert serial.ret == 0, serial.stdout.str()
     parallel = bench.runpytest_subprocess(*args, "-n", "2", "--gpus", "--mebench-json", "xdist.json")
     assert parallel.ret == 0, parallel.stdout.str()
+    # the estimate is printed with the workers that will run the cells (issue 40; the xdist controller collects nothing)
+    serial.stdout.fnmatch_lines(["*4 grid cells selected*estimate ~* wall on 1 worker x *"])
+    parallel.stdout.fnmatch_lines(["*4 grid cells selected*estimate ~* wall on 2 workers x *"])
     one, two = cells_by_id(bench.path / "serial.json"), cells_by_id(bench.path / "xdist.json")
     assert set(one) == set(two) == {i for i in RANDOM_IDS if i.endswith("-s0")}
     for cid, cell in one.items():

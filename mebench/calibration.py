@@ -14,12 +14,15 @@ A probe runs a few warm-up steps, then times up to ``TRAIN_STEPS`` steps or ``PR
 whichever comes first (a WRN-22-2 step on one CPU thread takes seconds). The result is cached on disk
 (``mebench.cachedir``, kind ``calibration``) under a key of the probe version, architecture, input
 shape, class count, thread count, device, torch version and CPU model, so each machine measures once.
-The measurement includes whatever load the machine had then (it is what cells will meet if the load
-stays); delete the cache folder to measure again. Numbers here size estimates, never results.
+The measurement includes whatever load the machine had then; the entry records that 1-minute load
+average, and ``load_factor`` rescales the times to the load at estimate time (a CPU shared by L
+runnable processes on c cores gives each about c / max(c, L) of itself). Delete the cache folder to
+measure again. Numbers here size estimates, never results.
 """
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from contextlib import contextmanager
@@ -138,10 +141,28 @@ def step_times(arch: str, input_shape: tuple[int, ...], num_classes: int, thread
     if entry is None:
         with _threads(threads):
             times = measure(arch, input_shape, num_classes, device)
-        entry = {"key": key, **times, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        entry = {"key": key, **times, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 "load": load_now()}
         path.parent.mkdir(parents=True, exist_ok=True)
         artifacts.atomic_write_json(path, entry)
     return {**entry, "path": str(path)}
+
+
+def load_now() -> Optional[float]:
+    """The machine's 1-minute load average (``None`` where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def load_factor(measured_at_load: Optional[float], load: Optional[float], cpus: int) -> float:
+    """How much slower a step is now than when it was measured, from the load averages: a busy CPU gives
+    each runnable process about ``cpus / max(cpus, load)`` of itself, so times scale by
+    ``max(cpus, load) / max(cpus, measured_at_load)`` (1 when either load is unknown)."""
+    if measured_at_load is None or load is None:
+        return 1.0
+    return max(cpus, load) / max(cpus, measured_at_load)
 
 
 def _read(path: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:

@@ -25,7 +25,8 @@ the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
 - ``prepare``: loading data and the victim's test answers (``OVERHEAD_S`` plus the test split
   through the victim).
 
-A cell's seconds are summed over phases; the selection's wall time on ``workers`` processes is
+Measured times are rescaled from the load average they were measured at to the load now
+(``calibration.load_factor``). A cell's seconds are summed over phases; the selection's wall time on ``workers`` processes is
 ``max(sum / workers, longest cell) * max(1, workers * threads / cpus)``. Sizes a warning and the
 large-run guard only, never a result.
 """
@@ -105,17 +106,20 @@ def human(seconds: float) -> str:
 
 
 def estimate(runs: Iterable[Any], *, workers: int = 1, threads: Optional[int] = None, device: str = "cpu",
-             reference_cached: bool = False, times: Optional[Times] = None) -> Cost:
+             reference_cached: bool = False, times: Optional[Times] = None, load: Optional[float] = None) -> Cost:
     """The estimate for ``runs`` (``RunPlan``s, or ``RunConfig``s resolved for their first seed) run on
-    ``workers`` processes of ``threads`` torch threads each (default: this process's count)."""
+    ``workers`` processes of ``threads`` torch threads each (default: this process's count), at the
+    machine's 1-minute ``load`` average (default: now; measured times are rescaled from the load
+    they were measured at, ``calibration.load_factor``)."""
     import torch
 
+    from mebench.calibration import load_now
     from mebench.plan import resolve
     from mebench.threads import usable_cpus
     from mebench.training.loop import steps_for_budget
 
     threads = threads or torch.get_num_threads()
-    probe = _Probe(threads, device, times)
+    probe = _Probe(threads, device, times, load_now() if load is None else load, usable_cpus())
     plans = [r if hasattr(r, "track_a") else resolve(r) for r in runs]
     phases = dict.fromkeys(PHASES, 0.0)
     shared: dict[tuple, list] = {}
@@ -198,23 +202,27 @@ def defense_fit_steps(defense: Any, train_size: int) -> int:
 class _Probe:
     """Measured step times per architecture (``calibration.step_times``), asked once per architecture."""
 
-    def __init__(self, threads: int, device: str, times: Optional[Times]) -> None:
-        self.threads, self.device, self.times = threads, device, times
+    def __init__(self, threads: int, device: str, times: Optional[Times], load: Optional[float], cpus: int) -> None:
+        self.threads, self.device, self.times, self.load, self.cpus = threads, device, times, load, cpus
         self.seen: dict[tuple, dict] = {}
 
     def __call__(self, arch: str, shape: tuple, num_classes: int) -> dict:
+        from mebench.calibration import load_factor, step_times
+
         key = (arch, shape, num_classes)
         if key not in self.seen:
-            if self.times is not None:
-                self.seen[key] = self.times(arch, shape, num_classes)
-            else:
-                from mebench.calibration import step_times
-
-                self.seen[key] = step_times(arch, shape, num_classes, self.threads, self.device)
+            t = (self.times or (lambda *a: step_times(*a, self.threads, self.device)))(arch, shape, num_classes)
+            f = load_factor(t.get("load"), self.load, self.cpus)
+            self.seen[key] = {**t, "factor": f, "train_step_s": t["train_step_s"] * f,
+                              "forward_image_s": t["forward_image_s"] * f}
         return self.seen[key]
 
     def describe(self) -> str:
+        if not self.seen:
+            return "no calibration"
         dates = sorted({str(v.get("measured_at", ""))[:16] for v in self.seen.values()} - {""})
         paths = {str(v.get("path", "")) for v in self.seen.values()} - {""}
+        loads = sorted({v["load"] for v in self.seen.values() if v.get("load") is not None})
         where = f", cached in {sorted(paths)[0].rsplit('/', 1)[0]}" if paths else ""
-        return f"calibrated {dates[-1] if dates else 'by the caller'}{where}" if self.seen else "no calibration"
+        now = f", load {self.load:g} now vs {loads[-1]:g} then" if loads and self.load is not None else ""
+        return f"calibrated {dates[-1] if dates else 'by the caller'}{where}{now}"

@@ -33,6 +33,7 @@ from mebench.grid import Cell, GridError, GridSet, load_grids
 from mebench.naming import QUERY_CACHE_DIR, cache_owner_alive, cache_owner_token, latest_stamp_dir, make_stamp_dir, sweep_dead_caches, unused_stamp_dir
 
 if TYPE_CHECKING:
+    from mebench.cost import Cost
     from mebench.config import RunConfig
     from mebench.resume import Verdict
     from mebench.engine import Prepared
@@ -348,9 +349,7 @@ class BenchSession:
         cells = [c for c in map(_cell_of, items) if c is not None]
         if not cells:
             return
-        workers = getattr(self.config.option, "numprocesses", None)
-        cost = estimate([c.plan for c in cells], threads=self.options.threads or None,
-                        workers=workers if isinstance(workers, int) and workers > 0 else 1)
+        cost = self.estimate(cells)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None and not self.is_worker:  # under xdist the workers collect and enforce the guard
             tr.write_line(cost.line())
@@ -358,6 +357,28 @@ class BenchSession:
         if cost.large and not allowed and not self.config.option.collectonly:
             raise pytest.UsageError(f"{cost.line()}: too large to start by accident; pass --budgets B1,B2 "
                                     "to shorten it or --mebench-allow-large to run it as selected")
+
+    def estimate(self, cells: Sequence[Cell]) -> "Cost":
+        """``mebench.cost.estimate`` of ``cells`` on this run's xdist workers at its pinned thread count."""
+        from mebench.cost import estimate
+
+        workers = getattr(self.config.option, "numprocesses", None)
+        return estimate([c.plan for c in cells], threads=self.options.threads or None,
+                        workers=workers if isinstance(workers, int) and workers > 0 else 1)
+
+    def show_cost_of_ids(self, node_ids: Sequence[str]) -> None:
+        """xdist controller: print the estimate of the cells named by one worker's collected node ids (once)."""
+        if getattr(self, "_cost_shown", False) or self.is_worker:
+            return
+        self._cost_shown = True
+        wanted = {i.rsplit("[", 1)[-1].rstrip("]") for i in node_ids if i.endswith("]")}
+        try:
+            cells = [c for c in self.grid.cells if c.id in wanted]
+        except GridError:
+            return  # the workers report the grid's error
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if cells and tr is not None:
+            tr.write_line(self.estimate(cells).line())
 
     def complete_record(self, cell: Cell, verdict: Optional["Verdict"] = None) -> Optional[dict[str, Any]]:
         """The cell's stored record if ``--resume`` keeps it (``resume_verdict``), marked ``resumed``;
