@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mebench.cost import estimate
+from mebench.cost import DETECTOR_FORWARDS, estimate
 
 REPO = Path(__file__).resolve().parents[1]
 #: Fake step times: one SGD step of 128 images 0.128 s (1 ms an image), one forward 0.1 ms an image.
@@ -69,7 +69,9 @@ def test_defense_fit_utility_and_detection_streams_are_counted(make_cfg) -> None
     assert am["defense_utility"] == pytest.approx(prof.test_size * 2 * F)  # victim + misinformation model
     assert am["queries"] == pytest.approx(500 * 2 * F)
     prada = phases(make_cfg(budget=budget, defense={"name": "prada"}, metrics={"benign_streams": 3}))
-    assert prada["detection"] == pytest.approx(3 * 500 * F)  # 3 benign streams of max_budget images
+    per_image = (1 + DETECTOR_FORWARDS["prada"]) * F  # the victim, then PRADA's distances
+    assert prada["detection"] == pytest.approx(3 * 500 * per_image)  # 3 benign streams of max_budget images
+    assert prada["queries"] == pytest.approx(500 * per_image)
 
 
 def test_attack_loops_count_their_own_models() -> None:

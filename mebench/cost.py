@@ -5,7 +5,7 @@ will use, from step times measured on this machine (``mebench.calibration``; ``T
 the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
 
 - ``queries``: ``max_budget * F(victim)``, plus a defense's extra forward per query (MAD's surrogate,
-  Adaptive Misinformation's second model);
+  Adaptive Misinformation's second model) and a detector's own work (``DETECTOR_FORWARDS``);
 - ``attack``: the attack's own work (``Attack.training_cost``): its training examples ``* T(model) / 128``,
   its forward-only examples ``* F(model)``, its generator examples ``* T(generator) / 128`` and DFMS's
   GAN examples; ``model`` is the substitute's architecture or the attack's own (MAZE's WRN-22-2 clone);
@@ -21,7 +21,7 @@ the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
   (twice the images with outlier exposure) ``* T(victim)``, once per process and parameters;
 - ``defense_utility``: the test split through the defended victim;
 - ``detection``: ``benign_streams`` benign streams of ``max_budget`` images per source through the
-  defended victim (a detector's own bookkeeping, e.g. PRADA's distances, is not modelled);
+  defended victim and the detector (PRADA's distances: ``DETECTOR_FORWARDS``, measured here);
 - ``prepare``: loading data and the victim's test answers (``OVERHEAD_S`` plus the test split
   through the victim).
 
@@ -46,6 +46,10 @@ LENET5_REF_STEP_S = 0.015
 OVERHEAD_S = 2.0
 #: Defenses that pass each answer through one more model of the victim's architecture.
 EXTRA_FORWARD_DEFENSES = frozenset({"mad", "adaptive_misinformation"})
+#: A detector's own work per image it watches, in victim forwards: PRADA's minimum distances to its
+#: growing sets took about 8 MNIST LeNet-5 forwards an image at budgets up to 10k on one thread
+#: (results/cost: the prada cell's ``detection_benign`` and ``collect`` timings); it grows with the sets.
+DETECTOR_FORWARDS = {"prada": 8.0}
 PHASES = ("prepare", "queries", "attack", "track_a", "track_b", "transfer", "transfer_reference",
           "defense_fit", "defense_utility", "detection")
 
@@ -157,7 +161,7 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: bool = False) -> 
     gen = probe("generator", shape, k)["train_step_s"] if own.generator_examples else 0.0
     gan = probe("lenet5", shape, k)["train_step_s"] / LENET5_REF_STEP_S if own.gan_examples else 0.0
     d = plan.defense
-    extra = vic["forward_image_s"] if d.name in EXTRA_FORWARD_DEFENSES else 0.0
+    extra = vic["forward_image_s"] * ((d.name in EXTRA_FORWARD_DEFENSES) + DETECTOR_FORWARDS.get(d.name, 0.0))
     answer = vic["forward_image_s"] + extra
     n_ckpt, track_b = len(plan.checkpoints), bool(cls.has_track_b)
     s: dict[str, float] = dict.fromkeys(PHASES, 0.0)

@@ -5,8 +5,9 @@
     python results/cost/timed.py NAME --time-log LOG --load-log LOAD -- mebench run ...   # already ran
 
 The last form records a command that already ran under ``/usr/bin/time -v`` (its log gives the wall
-time) while ``LOAD`` collected ``<unix time> <1-min load>`` lines; its estimate uses the calibration
-cached when it started.
+time) while ``LOAD`` collected ``<unix time> <1-min load>`` lines (``while :; do echo "$(date +%s)
+$(cut -d' ' -f1 /proc/loadavg)"; sleep 20; done``); its estimate is computed afterwards from the
+cached calibration at the mean load logged while it ran.
 
 Before the command starts, the estimate (``mebench.cost``, calibrated on this machine) is computed
 for exactly the cells it will run: a ``mebench run`` config with its overrides, or the cells a
@@ -32,7 +33,7 @@ def load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def run_estimate(args: list[str]) -> "object":
+def run_estimate(args: list[str], load: "float | None" = None) -> "object":
     """The estimate of a ``mebench run CONFIG`` command line (its --seeds/--budgets/--threads)."""
     from mebench.config import apply_overrides
     from mebench.cost import estimate
@@ -43,7 +44,7 @@ def run_estimate(args: list[str]) -> "object":
     ints = lambda s: [int(x) for x in s.split(",")] if s else None  # noqa: E731
     cfg = apply_overrides(load_config(args[2]), seeds=ints(opts.get("--seeds")), budgets=ints(opts.get("--budgets")))
     threads = int(opts.get("--threads") or default_threads())
-    return estimate([cfg] * len(cfg.run.seeds), threads=threads)
+    return estimate([cfg] * len(cfg.run.seeds), threads=threads, load=load)
 
 
 def grid_estimate(args: list[str]) -> "object":
@@ -80,14 +81,15 @@ def logged_load(load_log: Path, start: float, end: float) -> list[float]:
 def main() -> None:
     name, rest = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
     head = dict(zip(sys.argv[2:sys.argv.index("--"):2], sys.argv[3:sys.argv.index("--"):2]))
-    cost = run_estimate(rest) if rest[:2] == ["mebench", "run"] else grid_estimate(rest)
-    if "--time-log" in head:
+    if "--time-log" in head:  # a command that already ran: its estimate at the mean load it ran under
         log = Path(head["--time-log"])
         wall, end = elapsed(log), log.stat().st_mtime
         samples = logged_load(Path(head["--load-log"]), end - wall, end) or [float("nan")]
+        cost = run_estimate(rest, load=sum(samples) / len(samples))
         write(name, rest, 0, datetime.fromtimestamp(end - wall, timezone.utc).isoformat(timespec="seconds"),
               cost, wall, samples, samples[-1])
         return
+    cost = run_estimate(rest) if rest[:2] == ["mebench", "run"] else grid_estimate(rest)
     samples, done = [load()], threading.Event()
 
     def sample() -> None:
