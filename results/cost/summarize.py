@@ -15,7 +15,11 @@ HERE = Path(__file__).parent
 
 
 def records(set_dir: Path = HERE) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((set_dir / "logs").glob("*.json"))]
+    """The timed commands (``logs/``, then ``logs/superseded/``: estimated by an earlier estimator);
+    a record's ``note`` says how its estimate differs from today's."""
+    rows = [json.loads(p.read_text()) for p in sorted((set_dir / "logs").glob("*.json"))]
+    old = [{**json.loads(p.read_text()), "superseded": True} for p in sorted((set_dir / "logs" / "superseded").glob("*.json"))]
+    return rows + old
 
 
 def minutes(s: float) -> str:
@@ -27,8 +31,9 @@ def table(rows: list[dict]) -> str:
            "|---|---|---:|---|---:|---:|---:|---|"]
     for r in rows:
         ratio = r["wall_s"] / r["estimate_s"] if r["estimate_s"] else float("nan")
+        mark = f" ({r['note']})" if r.get("note") else ""
         out.append(f"| {r['name']} | `{r['command']}` | {r['cells']} | {r['workers']} x {r['threads']} | "
-                   f"{minutes(r['estimate_s'])} | {minutes(r['wall_s'])} | {ratio:.2f} | "
+                   f"{minutes(r['estimate_s'])}{mark} | {minutes(r['wall_s'])} | {ratio:.2f} | "
                    f"{r['load_mean']} ({r['machine_cpus']}) |")
     return "\n".join(out) + "\n"
 
