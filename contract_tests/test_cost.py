@@ -178,4 +178,4 @@ def test_measured_times_follow_the_load(make_cfg, monkeypatch) -> None:
     idle = estimate([cfg], threads=1, times=at(1.0), load=1.0)
     busy = estimate([cfg], threads=1, times=at(1.0), load=4.0)
     assert busy.phases["track_a"] == pytest.approx(2 * idle.phases["track_a"])
-    assert "load 4 now vs 1 then" in busy.line()
+    assert "load 4.0 now vs 1.0 then" in busy.line()

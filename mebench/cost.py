@@ -228,5 +228,5 @@ class _Probe:
         paths = {str(v.get("path", "")) for v in self.seen.values()} - {""}
         loads = sorted({v["load"] for v in self.seen.values() if v.get("load") is not None})
         where = f", cached in {sorted(paths)[0].rsplit('/', 1)[0]}" if paths else ""
-        now = f", load {self.load:g} now vs {loads[-1]:g} then" if loads and self.load is not None else ""
+        now = f", load {self.load:.1f} now vs {loads[-1]:.1f} then" if loads and self.load is not None else ""
         return f"calibrated {dates[-1] if dates else 'by the caller'}{where}{now}"
