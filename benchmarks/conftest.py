@@ -13,7 +13,7 @@ from typing import Optional
 
 import pytest
 
-from mebench.harness import *  # noqa: F401,F403  (fixtures and pytest_generate_tests)
+from mebench.harness.fixtures import *  # noqa: F401,F403  (fixtures and pytest_generate_tests)
 
 PERF_DIR = Path(__file__).parent / "perf"
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import warnings
 
 from mebench import engine
-from mebench.cells import CellRecorder, PrefixAudit
+from mebench.harness.cells import CellRecorder, PrefixAudit
 from mebench.config import RunConfig
-from mebench.grid import Cell
-from mebench.harness import contract_problems
+from mebench.harness.grid import Cell
+from mebench.harness.fixtures import contract_problems
 from mebench.oracle import Oracle
 from mebench.training.health import TrainingHealthWarning
 from mebench.training.track_a import TrackATrainer

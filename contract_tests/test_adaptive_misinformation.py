@@ -16,7 +16,7 @@ from mebench.defenses.outliers import OUTLIER_SEED, synthetic_blobs, victim_top_
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.testing import _images
-from mebench.validation import defense_params, validate
+from mebench.config.validation import defense_params, validate
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)

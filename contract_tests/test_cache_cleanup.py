@@ -72,7 +72,7 @@ def test_queried_images_are_not_kept_as_an_artifact(make_cfg):
     # contract 11.2: queried images are not a permanent artifact
     res = engine.run(make_cfg(), progress=False)
     names = sorted(p.name for p in (res.directory / "seed_0").iterdir())
-    assert names == ["final_substitute.ckpt", "metrics.csv", "run_config.yaml", "summary.json"]
+    assert names == ["final_substitute.ckpt", "measurements.csv", "metrics.csv", "run_config.yaml", "summary.json"]
 
 
 _CHILD = """
@@ -91,6 +91,7 @@ engine.run(parse_config(d), progress=False)
 """
 
 
+@pytest.mark.slow
 def test_real_ctrl_c_removes_the_cache(tmp_path, synth_victim_path):
     # contract 11.2, 17.5: a SIGINT (Ctrl-C) to a running process still deletes the cache
     import signal

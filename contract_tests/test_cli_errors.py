@@ -231,6 +231,7 @@ def _checkpoint_payloads(real: dict, data: bytes) -> st.SearchStrategy:
 
 @FUZZ
 @given(data=st.data(), arch=st.sampled_from([None, "tiny_mlp", "lenet5"]))
+@pytest.mark.slow
 def test_any_broken_checkpoint_is_one_line_without_traceback(data, arch, synth_cfg_dict, synth_victim_path,
                                                              tmp_path, capsys):
     # contract 4, 17.2: random bytes, truncations, bare or foreign state dicts, damaged fields: one line

@@ -140,7 +140,7 @@ def test_a_missing_victim_file_is_answered_before_torch_is_imported(tmp_path):
     said = [ln for ln in proc.stderr.splitlines() if not ln.startswith("import time:")]
     assert proc.returncode == 2 and len(said) == 1, proc.stderr[-2000:]
     assert "victim checkpoint not found" in said[0] and "not_trained.pt" in said[0]
-    assert "mebench.validation" in imported and "torch" not in imported and "numpy" not in imported
+    assert "mebench.config.validation" in imported and "torch" not in imported and "numpy" not in imported
 
 
 # ------------------------------------------------------------------------ missing extras
@@ -176,7 +176,7 @@ def test_an_import_error_of_another_package_is_not_disguised(monkeypatch):
 
 def test_onnx_victim_without_onnxruntime_names_the_extra(make_cfg, monkeypatch):
     from mebench.errors import ConfigError
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(ConfigError) as err:
@@ -265,7 +265,7 @@ def test_a_torchscript_victim_failing_on_the_probe_keeps_its_cause(make_cfg, tmp
     import warnings
 
     from mebench.errors import ConfigError
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     path = tmp_path / "victim.ts"
     with warnings.catch_warnings():
@@ -321,6 +321,7 @@ def _collect(folder: pytest.Pytester, victim: str = "synth_victim.pt", *args: st
 
 @pytest.mark.parametrize("root", [None, "/no/such/data/root"])
 @pytest.mark.parametrize("collect_only", [True, False])
+@pytest.mark.slow
 def test_a_grid_without_a_data_root_fails_at_collection_in_one_line(grid_folder, monkeypatch, root, collect_only):
     # contract 15.2: fail fast -- one line when the grid is collected, no cell run, no folder created
     if root is None:
@@ -339,6 +340,7 @@ def test_a_grid_without_a_data_root_fails_at_collection_in_one_line(grid_folder,
     assert not (grid_folder.path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_grid_with_a_data_root_still_collects(grid_folder, monkeypatch, tmp_path):
     monkeypatch.setenv("MEBENCH_DATA_ROOT", str(tmp_path))
     result = _collect(grid_folder, "synth_victim.pt", "--collect-only")
@@ -346,6 +348,7 @@ def test_a_grid_with_a_data_root_still_collects(grid_folder, monkeypatch, tmp_pa
     result.stdout.fnmatch_lines(["*test_cell[nodata-random-surrogate-soft_prob-s0]*"])
 
 
+@pytest.mark.slow
 def test_a_grid_whose_only_victim_is_missing_fails_at_collection(grid_folder, monkeypatch, tmp_path):
     # contract 4: nothing to run because the victim is not trained: one line naming it and the fix
     monkeypatch.setenv("MEBENCH_DATA_ROOT", str(tmp_path))
@@ -383,6 +386,7 @@ def register():
 
 
 @pytest.mark.parametrize("present", [False, True])
+@pytest.mark.slow
 def test_a_selected_dataset_missing_from_the_data_root_fails_at_collection(grid_folder, monkeypatch, tmp_path,
                                                                            present):
     # contract 3.2, 15.2: a surrogate absent from the data root is one line before any cell runs

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from mebench import cli
-from mebench.validation import load_config
+from mebench.config.validation import load_config
 from mebench.errors import ConfigError
 from mebench.testing import deep_update
 

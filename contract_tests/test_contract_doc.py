@@ -107,3 +107,32 @@ def test_glossary_defines_the_tracks():
     for term in ("Track A", "Track B", "SFP", "AOP"):
         assert any(line.startswith(f"**{term}") or f"— {term}" in line.split(".**")[0]
                    for line in terms), f"glossary does not define {term}"
+
+
+def _slow_functions(path: Path) -> set[str]:
+    """Test functions of ``path`` that carry ``@pytest.mark.slow``, or all of them under a module
+    ``pytestmark`` naming it (a function with only some slow parameters counts as fast)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    module_slow = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                      and "slow" in ast.unparse(n.value) for n in tree.body)
+    if module_slow:
+        return {f.name for f in funcs}
+    return {f.name for f in funcs if any(ast.unparse(d).endswith("mark.slow") for d in f.decorator_list)}
+
+
+def test_every_section_keeps_a_test_in_the_fast_tier():
+    # `pytest -m "not slow"` still proves every section: each "Tested by" line names a test not marked slow
+    lines = CONTRACT.read_text(encoding="utf-8").splitlines()
+    slow: dict[str, set[str]] = {}
+    only_slow = []
+    for i, line in enumerate(lines, 1):
+        if not line.startswith("Tested by:"):
+            continue
+        refs = REF.findall(line)
+        for path, _ in refs:
+            if path not in slow and (ROOT / path).is_file():
+                slow[path] = _slow_functions(ROOT / path)
+        if refs and all(name in slow.get(path, set()) for path, name in refs):
+            only_slow.append(f"line {i}: every test is marked slow")
+    assert not only_slow, "\n".join(only_slow)

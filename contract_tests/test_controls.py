@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mebench.attacks import ATTACKS, AttackContext, dfme
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.data.cache import QueryStore
 from mebench.data.profiles import get_profile
 from mebench.engine import collect
@@ -124,8 +124,9 @@ def test_queries_ignore_the_answers(name, output_mode):
 
 
 # contract 1.1 / 14.2: every image is counted, propose returns exactly k images, the run stops exactly at
-# odd budgets; contract 14.1: pixels in [0, 1] and of the victim's shape.
-@pytest.mark.parametrize("budget,checkpoints", [(997, (997,)), (1001, (333, 1001)), (7, (1, 7))])
+# a budget below one batch and a checkpoint of 1 (odd remainders at ordinary budgets:
+# test_attack_registry.py); contract 14.1: pixels in [0, 1], of the victim's shape, not constant.
+@pytest.mark.parametrize("budget,checkpoints", [(7, (1, 7))])
 @pytest.mark.parametrize("name", CONTROLS)
 def test_exact_budget_and_valid_pixels(name, budget, checkpoints):
     oracle, state, spy, batches = run(make_control(name, budget, checkpoints))
@@ -133,13 +134,6 @@ def test_exact_budget_and_valid_pixels(name, budget, checkpoints):
     x = state.store.prefix(budget)[0]
     assert x.shape == (budget, *get_profile("SYNTH").input_shape)
     assert float(x.min()) >= 0 and float(x.max()) <= 1 and float(x.std()) > 0.01
-
-
-# contract 10: a fixed seed gives the same queries; another seed gives other queries.
-@pytest.mark.parametrize("name", CONTROLS)
-def test_reproducible_for_fixed_seed(name):
-    xs = [run(make_control(name, 500, (500,), seed=s))[1].store.prefix(500)[0] for s in (5, 5, 6)]
-    assert torch.equal(xs[0], xs[1]) and not torch.equal(xs[0], xs[2])
 
 
 # contract 6.1: capabilities are data, recorded in run metadata; both output modes, data_free only.

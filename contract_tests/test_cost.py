@@ -1,4 +1,4 @@
-"""The grid's cost estimate (mebench.cost) and this machine's measured step times (mebench.calibration).
+"""The grid's cost estimate (mebench.harness.cost) and this machine's measured step times (mebench.calibration).
 
 The estimate sizes the large-run guard and the line the grid prints before it runs; it must count
 every phase that costs time (issue 40: a grid that printed "about 0.0 CPU-hours" ran 47 minutes).
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mebench.cost import DETECTOR_FORWARDS, estimate
+from mebench.harness.cost import DETECTOR_FORWARDS, estimate
 
 REPO = Path(__file__).resolve().parents[1]
 #: Fake step times: one SGD step of 128 images 0.128 s (1 ms an image), one forward 0.1 ms an image.
@@ -46,11 +46,12 @@ def test_transfer_and_its_reference_model_are_counted(make_cfg) -> None:
     from mebench.data.profiles import PROFILES
     from mebench.training.loop import steps_for_budget
 
-    cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]}, metrics={"transfer": ["fgsm", "pgd"]})
+    cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]},
+                   measure={"transfer": {"methods": ["fgsm", "pgd"], "images": 300}})
     prof = PROFILES.get(cfg.dataset.name)
     p = phases(cfg)
     assert p["transfer_reference"] == pytest.approx(steps_for_budget(prof.train_size, 0.2) * T)
-    per_model = (1 + prof.pgd_steps) * cfg.metrics.transfer_images * T / 128 + 2 * cfg.metrics.transfer_images * F
+    per_model = (1 + prof.pgd_steps) * 300 * T / 128 + 2 * 300 * F
     assert p["transfer"] == pytest.approx((2 + 2) * per_model)  # 2 checkpoints x Track A, victim and independent rows
     assert phases(cfg, reference_cached=True)["transfer_reference"] == 0.0
     # trained once per process: three cells on two workers train it twice, not three times
@@ -68,7 +69,8 @@ def test_defense_fit_utility_and_detection_streams_are_counted(make_cfg) -> None
     assert am["defense_fit"] == pytest.approx(round(20 * prof.train_size / 128) * T)  # 20 epochs, batch 128
     assert am["defense_utility"] == pytest.approx(prof.test_size * 2 * F)  # victim + misinformation model
     assert am["queries"] == pytest.approx(500 * 2 * F)
-    prada = phases(make_cfg(budget=budget, defense={"name": "prada"}, metrics={"benign_streams": 3}))
+    prada = phases(make_cfg(budget=budget, defense={"name": "prada"},
+                           measure={"detection": {"benign_streams": 3}}))
     per_image = (1 + DETECTOR_FORWARDS["prada"]) * F  # the victim, then PRADA's distances
     assert prada["detection"] == pytest.approx(3 * 500 * per_image)  # 3 benign streams of max_budget images
     assert prada["queries"] == pytest.approx(500 * per_image)
@@ -94,7 +96,7 @@ def test_maze_clone_cost_uses_the_clone_architecture(make_cfg) -> None:
                    budget={"max_budget": 400, "checkpoints": [400]})
     p = phases(cfg)
     from mebench.attacks import ATTACKS
-    from mebench.plan import resolve
+    from mebench.config.plan import resolve
 
     own = ATTACKS.get("maze").training_cost(resolve(cfg).attack.params, (400,), 400)
     assert p["attack"] >= own.substitute_examples * 100 * T / 128  # the WRN step, not the substitute's

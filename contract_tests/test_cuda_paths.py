@@ -46,7 +46,7 @@ def cuda_config(make_cfg, victim: str, attack: dict[str, Any], other: dict[str, 
 @pytest.mark.parametrize("attack,other", [a[1:] for a in ATTACKS], ids=[a[0] for a in ATTACKS])
 def test_attack_runs_on_cuda_with_cifar_shaped_images(make_cfg, cifar_victim, tmp_path, attack, other):
     from mebench import engine
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     cfg = cuda_config(make_cfg, cifar_victim, attack, other)
     validate(cfg)

@@ -20,7 +20,7 @@ from mebench.errors import BudgetExhausted, ConfigError
 from mebench.models.registry import build_model
 from mebench.oracle import Oracle
 from mebench.testing import _images
-from mebench.validation import defense_params, validate
+from mebench.config.validation import defense_params, validate
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)

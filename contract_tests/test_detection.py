@@ -16,7 +16,7 @@ from mebench.defenses.detection import benign_streams, feed, shapiro_wilk_w, tpr
 from mebench.defenses.prada import Prada
 from mebench.errors import ConfigError
 from mebench.testing import _images
-from mebench.validation import validate
+from mebench.config.validation import validate
 
 # W from scipy.stats.shapiro (scipy 1.17.1) for numpy.random.default_rng(2019) draws, in this order.
 SCIPY_W = [(3, "normal", 0.9755364966506179), (5, "normal", 0.8732826306862672),
@@ -83,6 +83,7 @@ def test_prada_flags_a_synthetic_stream_and_not_a_natural_one():
 
 
 @given(st.lists(st.integers(1, 90), min_size=1, max_size=6))
+@pytest.mark.slow
 def test_prada_does_not_depend_on_how_the_stream_is_batched(sizes):
     x = _images("SYNTH", False)[0][:sum(sizes) + 120].float().div(255)
     one = Prada(Prada.Params(min_distances=20), torch.Generator())
@@ -105,11 +106,12 @@ def test_benign_streams_are_seeded_orders_of_the_whole_split():
         assert len(v) == 25 and sorted(v[:10]) == list(range(10)) and sorted(v[10:20]) == list(range(10))
 
 
+@pytest.mark.slow
 def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_path):
     # contract 1.1, 1.2: a detector neither charges nor alters an answer; it only records
     plain = make_cfg(cache={"enabled": False})
     watched = make_cfg(cache={"enabled": False}, defense={"name": "prada", "params": {"min_distances": 20}},
-                       metrics={"benign_streams": 2, "benign_dataset": "SYNTHSUR"})
+                       measure={"detection": {"benign_streams": 2, "benign_dataset": "SYNTHSUR"}})
     validate(watched, check_files=False)
     prep = engine.prepare(plain)
     a = engine.run_seed(plain, 0, prep, tmp_path / "plain", progress=False)
@@ -125,7 +127,7 @@ def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_pa
     assert b.summary["defense"]["utility"]["mean_abs_perturbation"] == 0.0
 
 
-@pytest.mark.parametrize("params, metrics, key", [
+@pytest.mark.parametrize("params, measure, key", [
     ({"delta": 0}, {}, "defense.params.delta"),
     ({"delta": 1.5}, {}, "defense.params.delta"),
     ({"min_distances": 2}, {}, "defense.params.min_distances"),
@@ -135,12 +137,12 @@ def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_pa
     ({"outlier_sigma": -3.0}, {}, "defense.params.outlier_sigma"),
     ({"test_every": 0}, {}, "defense.params.test_every"),
     ({"flag": "any"}, {}, "defense.params.flag"),
-    ({}, {"benign_streams": 0}, "metrics.benign_streams"),
-    ({}, {"benign_dataset": "MNIST"}, "metrics.benign_dataset"),
+    ({}, {"detection": {"benign_streams": 0}}, "measure.detection.benign_streams"),
+    ({}, {"detection": {"benign_dataset": "MNIST"}}, "measure.detection.benign_dataset"),
 ])
-def test_bad_detector_settings_fail_before_any_work(make_cfg, params, metrics, key):
+def test_bad_detector_settings_fail_before_any_work(make_cfg, params, measure, key):
     with pytest.raises(ConfigError) as e:
-        validate(make_cfg(defense={"name": "prada", "params": params}, metrics=metrics), check_files=False)
+        validate(make_cfg(defense={"name": "prada", "params": params}, measure=measure), check_files=False)
     assert e.value.key == key
     if params:  # the message names the key, the value and the rule
         value = next(iter(params.values()))
@@ -153,11 +155,12 @@ def test_prada_options_of_the_older_rule_validate(make_cfg):
     validate(make_cfg(defense={"name": "prada", "params": dict(LEGACY)}), check_files=False)
 
 
+@pytest.mark.slow
 def test_report_scores_detection_at_low_fpr(make_cfg, tmp_path):
     from mebench.report.writer import write_report
 
     cfg = make_cfg(run={"seeds": [0, 1]}, defense={"name": "prada", "params": {"min_distances": 20}},
-                   metrics={"benign_streams": 2, "benign_dataset": "SYNTHSUR"})
+                   measure={"detection": {"benign_streams": 2, "benign_dataset": "SYNTHSUR"}})
     result = engine.run(cfg, progress=False, check_files=False)
     files = write_report(result.directory, tmp_path / "report", n_bootstrap=200)
     table = __import__("pandas").read_csv(files["detection_csv"])

@@ -43,9 +43,12 @@ def run(attack):
     return drive_attack(attack, tiny(), SHAPE, K)
 
 
-# contract 1.1: originals and erased re-queries are all counted; exact stop at 997 and 1001.
-@pytest.mark.parametrize("budget,checkpoints", [(1001, (997, 1001)), (997, (333, 997)), (7, (7,))])
-def test_exact_budget_at_odd_remainders(budget, checkpoints):
+# contract 1.1: originals and erased re-queries are all counted; exact stop at a budget below the
+# first round and at a checkpoint four queries before the end (odd remainders at ordinary budgets:
+# test_attack_registry.py).
+@pytest.mark.parametrize("budget,checkpoints", [(1001, (997, 1001)), (7, (7,))])
+@pytest.mark.slow
+def test_exact_budget_at_round_edges(budget, checkpoints):
     torch.manual_seed(123)
     spy = SpyNet(tiny())
     oracle, state, batches, models = drive_attack(make_attack(budget, checkpoints), spy, SHAPE, K)
@@ -56,6 +59,7 @@ def test_exact_budget_at_odd_remainders(budget, checkpoints):
 # the round schedule: the reference's splits below the budget plus every checkpoint; a quarter of each
 # round after the first re-asks erased copies; each answered original is erased at most once; new
 # originals are never asked twice.
+@pytest.mark.slow
 def test_rounds_and_erased_requeries():
     attack = make_attack(1001, (997, 1001))
     assert dissector.round_ends(attack.p, (997, 1001), 1001) == [20, 40, 100, 997, 1001]
@@ -94,19 +98,9 @@ def test_grad_cam_shape_and_range():
     assert cam.shape == (5, 8, 8) and float(cam.min()) >= 0.0 and float(cam.max()) <= 1.0 + 1e-6
 
 
-# contract 10: the same seed gives the same queries and substitute; another seed does not.
-def test_reproducible_for_a_fixed_seed():
-    (_, s1, _, m1), (_, s2, _, m2), (_, s3, _, _) = [run(make_attack(150, (150,), seed=s)) for s in (3, 3, 4)]
-    assert torch.equal(s1.store.prefix(150)[0], s2.store.prefix(150)[0])
-    assert not torch.equal(s1.store.prefix(150)[0], s3.store.prefix(150)[0])
-    probe = torch.rand((8, *SHAPE))
-    with torch.no_grad():
-        assert torch.equal(m1[150](probe), m2[150](probe))
-
-
 # contract 6.1 / 15.2: hard labels and a surrogate pool only; bad values fail with one line.
 def test_capabilities_and_bad_params(make_cfg):
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     meta = dissector.Dissector.describe()
     assert meta["output_modes"] == ["hard_top1"] and meta["data_modes"] == ["surrogate"] and meta["has_track_b"]

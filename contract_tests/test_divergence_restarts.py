@@ -22,7 +22,7 @@ from mebench.attacks import AttackContext, base
 from mebench.data.profiles import get_profile
 from mebench.errors import ConfigError, DivergenceError
 from mebench.report import write_report
-from mebench.validation import validate
+from mebench.config.validation import validate
 
 SHAPE, K = (1, 4, 4), 3
 
@@ -104,6 +104,7 @@ def test_divergence_restarts_must_be_a_count(make_cfg, value):
     assert make_cfg().attack.divergence_restarts == 2
 
 
+@pytest.mark.slow
 def test_a_restart_in_a_run_is_in_the_summary_the_cell_flags_and_the_report(make_cfg, tmp_path, monkeypatch):
     real, calls = base.train_epochs, []
 
@@ -152,7 +153,7 @@ attacks:
 
 @pytest.mark.parametrize("restarts", [0, 3])
 def test_a_grid_attack_sets_its_cells_divergence_restarts(tmp_path, synth_victim_path, restarts):
-    from mebench.grid import load_grid
+    from mebench.harness.grid import load_grid
 
     (tmp_path / "synth_victim.pt").write_bytes(synth_victim_path.read_bytes())
     (tmp_path / "grid.yaml").write_text(GRID.replace("RESTARTS", str(restarts)))
@@ -162,7 +163,7 @@ def test_a_grid_attack_sets_its_cells_divergence_restarts(tmp_path, synth_victim
 
 
 def test_a_grid_with_a_bad_divergence_restarts_names_the_key(tmp_path, synth_victim_path):
-    from mebench.grid import GridError, load_grid
+    from mebench.harness.grid import GridError, load_grid
 
     (tmp_path / "synth_victim.pt").write_bytes(synth_victim_path.read_bytes())
     (tmp_path / "grid.yaml").write_text(GRID.replace("RESTARTS", "-1"))

@@ -34,6 +34,7 @@ def _pages_with_blocks(root: Path) -> dict[str, str]:
 
 
 # contract §16: the committed pages are exactly what the committed records give (regenerated in a copy).
+@pytest.mark.slow
 def test_committed_pages_are_the_generated_ones(tmp_path):
     root = _copy_checkout(tmp_path)
     before = _pages_with_blocks(root)
@@ -46,6 +47,7 @@ def test_committed_pages_are_the_generated_ones(tmp_path):
 
 
 # contract §16: editing one number of one record makes the check fail, naming the pages it feeds.
+@pytest.mark.slow
 def test_an_edited_record_makes_the_check_fail(tmp_path):
     root = _copy_checkout(tmp_path)
     metrics = sorted((root / "results" / "headline").rglob("metrics.csv"))[0]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mebench import threads
-from mebench.session import grid_threads
+from mebench.harness.session import grid_threads
 from test_plugin import bench, cells_by_id  # noqa: F401  (the pytester grid folder)
 
 pytest_plugins = ["pytester"]
@@ -26,6 +26,7 @@ def test_grid_threads_shares_the_run_policy_among_workers() -> None:
 
 
 # contract §11 (run records): the thread count a cell ran with is recorded and is the policy's
+@pytest.mark.slow
 def test_grid_without_threads_option_uses_the_run_policy(bench: pytest.Pytester,  # noqa: F811
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     policy = 1 if torch.get_num_threads() != 1 else 2  # differs from torch's own default here

@@ -1,4 +1,4 @@
-"""The pytest benchmark harness (mebench.plugin, mebench.session, benchmarks/).
+"""The pytest benchmark harness (mebench.harness.plugin, mebench.harness.session, benchmarks/).
 
 Each test runs pytest inside a pytester folder holding the real
 ``benchmarks/conftest.py`` and ``benchmarks/test_cells.py`` and a small
@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mebench.session import BenchOptions, device_for_worker
+from mebench.harness.session import BenchOptions, device_for_worker
 from mebench.report.paths import resolve_stored
 
 pytest_plugins = ["pytester"]
@@ -107,6 +107,7 @@ def test_grid_ids_and_forbidden_cells(bench: pytest.Pytester) -> None:
 
 
 # contract 1.1, 10: -k selects by id parts, --budgets/--seeds shorten the grid, markers follow the budgets
+@pytest.mark.slow
 def test_selection_and_shortening(bench: pytest.Pytester) -> None:
     def ids(*args: str) -> set[str]:
         result = bench.runpytest("benchmarks", "--collect-only", "-q", *args)
@@ -142,6 +143,7 @@ def test_invalid_benchmark_config_names_the_key(bench: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*mebench grid:*attack.params.batch_sise*did you mean 'batch_size'*"])
 
 
+@pytest.mark.slow
 def test_gpu_options_parse(bench: pytest.Pytester) -> None:
     # contract 14.3 (engine on a device): --gpus LIST restricts the set, --gpus alone means every GPU
     assert BenchOptions.from_config(bench.parseconfig("--gpus", "0,2")).gpus == (0, 2)
@@ -150,6 +152,7 @@ def test_gpu_options_parse(bench: pytest.Pytester) -> None:
 
 
 @given(workers=st.integers(1, 24), gpus=st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True))
+@pytest.mark.slow
 def test_workers_spread_evenly_over_the_allowed_gpus(workers: int, gpus: list[int]) -> None:
     # contract 14.3 (engine on a device): gwN -> GPU N mod count, only allowed GPUs, balanced load
     devices = [device_for_worker(f"gw{n}", gpus, 8, "cpu") for n in range(workers)]
@@ -167,6 +170,7 @@ def test_device_mapping_edge_cases() -> None:
 
 
 # contract 16: one JSON report per session; with -n 2 it holds the same cells and metrics as without
+@pytest.mark.slow
 def test_report_is_the_same_with_and_without_xdist(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and s0", "-p", "no:benchmark")
     serial = bench.runpytest(*args, "--mebench-json", "serial.json")
@@ -197,6 +201,7 @@ def test_report_is_the_same_with_and_without_xdist(bench: pytest.Pytester) -> No
 
 
 # contract 16: --resume keeps complete cells and reruns the others; --mebench-report renders the report
+@pytest.mark.slow
 def test_resume_skips_complete_cells(bench: pytest.Pytester) -> None:
     first = bench.runpytest("benchmarks", "-k", "random and surrogate and s0", "--mebench-json", "first.json",
                             "--mebench-report", "rendered")
@@ -218,6 +223,7 @@ def test_resume_skips_complete_cells(bench: pytest.Pytester) -> None:
 
 
 # contract 16: every grid run has its own folder; --resume continues the latest one
+@pytest.mark.slow
 def test_each_run_gets_its_own_folder_and_resume_continues_the_latest(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0")
     first = bench.runpytest(*args)
@@ -237,6 +243,7 @@ def test_each_run_gets_its_own_folder_and_resume_continues_the_latest(bench: pyt
 
 # issue: live progress per cell, also from xdist workers, a few lines per phase
 @pytest.mark.parametrize("workers", [[], ["-n", "2", "-p", "no:benchmark"]])
+@pytest.mark.slow
 def test_cells_report_progress_lines(bench: pytest.Pytester, workers: list[str]) -> None:
     result = bench.runpytest_subprocess("benchmarks", "-k", "random and surrogate and s0", *workers,
                                         "--mebench-progress", "0.001")
@@ -340,7 +347,7 @@ class _MutableStore:
 
 # contract 7: the D_B audit accepts an append-only log and catches a changed prefix
 def test_prefix_audit_detects_a_changed_d_b() -> None:
-    from mebench.cells import PrefixAudit, fingerprint
+    from mebench.harness.cells import PrefixAudit, fingerprint
     from mebench.data.cache import QueryStore
 
     real = PrefixAudit(QueryStore(6, (1, 2, 2), "hard_top1", 3))
@@ -372,7 +379,7 @@ def test_collection_prints_the_selected_cells_cost(bench: pytest.Pytester) -> No
 def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
     # the grid's size warning must see an attack's own training (Track B models, round models, GAN
     # pretraining), or a preset that trains for days looks like its Track A alone
-    from mebench.cost import LENET5_REF_STEP_S, SECONDS_PER_GAN_EXAMPLE, estimate
+    from mebench.harness.cost import LENET5_REF_STEP_S, SECONDS_PER_GAN_EXAMPLE, estimate
 
     step = 0.128  # a measured SGD step of 128 images (injected): 1 ms an example
     times = lambda arch, shape, k: {"train_step_s": step, "forward_image_s": 1e-4}  # noqa: E731
@@ -415,11 +422,12 @@ def test_large_run_guard_uses_the_calibrated_estimate(bench: pytest.Pytester, mo
     assert bench.runpytest("benchmarks", "-q", *cell).ret == pytest.ExitCode.OK
 
 
+@pytest.mark.slow
 def test_large_selection_needs_an_explicit_flag(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # no accidental multi-day grid: above the bound a run needs --budgets or --mebench-allow-large
-    import mebench.cost
+    import mebench.harness.cost
 
-    monkeypatch.setattr(mebench.cost, "LARGE_MAX_BUDGET", 200)  # the SYNTH grid (B = 300) becomes "large"
+    monkeypatch.setattr(mebench.harness.cost, "LARGE_MAX_BUDGET", 200)  # the SYNTH grid (B = 300) becomes "large"
     cell = ["-k", "random and seed and soft_prob and s0"]
     refused = bench.runpytest("benchmarks", "-q", *cell)
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
@@ -439,6 +447,7 @@ def test_gpus_without_cuda_is_said_before_any_cell_runs(bench: pytest.Pytester,
 
 
 # contract 1.2, 6.1: the grid's defense axis; a defended cell's id names the defense
+@pytest.mark.slow
 def test_grid_defense_axis(bench: pytest.Pytester) -> None:
     config = bench.path / "configs" / "benchmarks" / "mnist.yaml"
     config.write_text(SYNTH_CONFIG + "defenses:\n  - {name: none}\n  - {name: rounding, params: {decimals: 1}}\n")
@@ -461,7 +470,7 @@ def test_loading_the_plugin_imports_neither_torch_nor_hypothesis_settings() -> N
     import subprocess
     import sys
 
-    code = ("import sys, mebench.plugin; "
+    code = ("import sys, mebench.harness.plugin; "
             "print(sorted(m for m in ('torch', 'pandas', 'mebench.engine', 'hypothesis') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -493,6 +502,7 @@ def _alive(pid: int) -> bool:
 # reports the interruption, its workers stop, and no temporary query cache is left
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
 @pytest.mark.parametrize("group", [False, True], ids=["controller", "process-group"])
+@pytest.mark.slow
 def test_sigterm_stops_workers_and_removes_caches(bench: pytest.Pytester, group: bool) -> None:
     import os
     import signal
@@ -535,6 +545,7 @@ def test_sigterm_stops_workers_and_removes_caches(bench: pytest.Pytester, group:
 # that does not exit in time on a loaded machine) cannot clean up; its controller removes the cache
 # at the end of the run, and only caches of its own run (a second run may share the cells folder)
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
+@pytest.mark.slow
 def test_a_killed_worker_s_query_cache_is_removed_by_its_controller(bench: pytest.Pytester) -> None:
     import os
     import signal
@@ -570,6 +581,7 @@ def test_a_killed_worker_s_query_cache_is_removed_by_its_controller(bench: pytes
 
 
 # contract 11.2: a run killed outright (SIGKILL) cannot clean up; --resume removes what it left
+@pytest.mark.slow
 def test_resume_removes_query_caches_a_killed_run_left(bench: pytest.Pytester) -> None:
     args = ("benchmarks", "-k", "random and surrogate and soft_prob and s0", "--mebench-cells", "cells")
     stale = bench.path / "cells" / "synth-mlp-random-surrogate-hard_top1-s0" / ".query_cache"

@@ -57,6 +57,15 @@ IDS = [f"{a}-{p.get('augmentation', p.get('strategy', a))}-{m}-{d}" + ("-kappa" 
        + ("-inplace" if "dataset_update" in p else "")
        + ("-mirror" if "stored_image" in p else "")
        + (f"-{p['reward']}" if "reward" in p else "") for a, p, m, d in CASES]
+#: The cases other than an attack's smoke run (its smoke_params' configuration, whose budget and
+#: reproducibility test_attack_registry.py checks): the variants only this module runs.
+SMOKE_CASES = {("knockoff", "soft_prob", "surrogate"), ("copycat", "hard_top1", "surrogate")}
+VARIANTS = [(c, i) for c, i in zip(CASES, IDS) if c[1] or (c[0], c[2], c[3]) not in SMOKE_CASES]
+
+
+def as_params(cases: list) -> list:
+    """``(case, id)`` pairs as pytest params; JBDA's kappa variants (a targeted PGD per image) are slow."""
+    return [pytest.param(*c, id=i, marks=[pytest.mark.slow] if "kappa" in i else []) for c, i in cases]
 
 
 def tiny() -> nn.Module:
@@ -104,7 +113,7 @@ def run(attack):
 # contract 1.1 / 14.2: every image the victim sees is one query, Jacobian-augmentation rounds
 # included; the run spends exactly the budget at odd remainders (997, 1001) and Track B is
 # reported at both checkpoints.
-@pytest.mark.parametrize("name,params,mode,data_mode", CASES, ids=IDS)
+@pytest.mark.parametrize("name,params,mode,data_mode", as_params(VARIANTS))
 def test_exact_budget_at_odd_remainders(name, params, mode, data_mode):
     attack = make_attack(name, params, mode, data_mode)
     oracle, state, batches, models = run(attack)
@@ -118,7 +127,7 @@ def test_exact_budget_at_odd_remainders(name, params, mode, data_mode):
 # images; its later queries are its procedure's own images, each within λ (L∞) of the image it
 # augments: the answered image, or the x + δ the reference's jb-self keeps for it (an augmentation
 # can undo an earlier one, so JBDA may repeat an image: the reference does too).
-@pytest.mark.parametrize("name,params,mode,data_mode", CASES, ids=IDS)
+@pytest.mark.parametrize("name,params,mode,data_mode", as_params(zip(CASES, IDS)))
 def test_no_image_answered_twice_unless_the_procedure_says_so(name, params, mode, data_mode):
     attack = make_attack(name, params, mode, data_mode)
     _, state, batches, _ = run(attack)
@@ -139,7 +148,7 @@ def test_no_image_answered_twice_unless_the_procedure_says_so(name, params, mode
 
 # contract 10: a fixed seed (and thread count) reproduces the queries and the Track B substitute;
 # another seed changes them.
-@pytest.mark.parametrize("name,params,mode,data_mode", CASES, ids=IDS)
+@pytest.mark.parametrize("name,params,mode,data_mode", as_params(VARIANTS))
 def test_reproducible_for_a_fixed_seed(name, params, mode, data_mode):
     (_, s1, _, m1), (_, s2, _, m2), (_, s3, _, _) = [
         run(make_attack(name, params, mode, data_mode, seed=s, budget=300, checkpoints=(300,))) for s in (3, 3, 4)]
@@ -206,7 +215,7 @@ def test_capabilities_and_bad_params(make_cfg):
     for name, bad in [("epochs", 0), ("lr", -1.0), ("momentum", 1.0), ("lr_step", 0)]:
         with pytest.raises(ConfigError, match=name):
             knockoff.KnockoffNets.check_params(knockoff.KnockoffParams(**{name: bad}), 1000, (1000,))
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     for attack, key in [({"name": "copycat", "output_mode": "soft_prob"}, "attack.output_mode"),
                         ({"name": "jbda", "params": {"augmentation": "jbtop3"}}, "attack.params.augmentation")]:
@@ -291,7 +300,7 @@ def test_adaptive_bandit_learns_the_rewarding_class():
 
 # Knockoff adaptive needs the pool's own labels: refused in seed mode before any work, with one line.
 def test_adaptive_needs_a_labelled_pool(make_cfg):
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     with pytest.raises(ConfigError) as err:
         validate(make_cfg(attack={"name": "knockoff", "params": {"strategy": "adaptive"}},

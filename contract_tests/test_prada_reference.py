@@ -144,6 +144,7 @@ def _labeller(seed: int):
 
 
 @pytest.mark.parametrize("kind", ["benign", "jbda", "noise"])
+@pytest.mark.slow
 def test_default_min_w_equals_the_reference_rule(data_root, kind):
     images, labels = load_split("MNIST", data_root, train=False)[:2]
     order = torch.randperm(images.shape[0], generator=torch.Generator().manual_seed(42))[:400]

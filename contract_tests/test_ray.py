@@ -20,6 +20,8 @@ import pytest
 from test_plugin import HOOKS, bench, cells_by_id  # noqa: F401  (the pytester grid folder)
 
 pytest_plugins = ["pytester"]
+#: A local Ray cluster of two worker nodes: minutes on two cores.
+pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray", reason="the Ray executor needs the extra: pip install -e '.[ray]'")
 
 #: The cell whose Ray worker process is killed once, while the cell runs (see KILL_HOOK).

@@ -125,6 +125,7 @@ def test_track_b_gain_is_taken_against_the_control_track_a():
     assert "random" not in set(gains["label"])  # contract 6: a control gets no gain row
 
 
+@pytest.mark.slow
 def test_data_free_attacks_meet_data_free_controls_only():
     # contract 6: each data mode is compared with its own controls, a gain per control
     recs = [_record("random", "surrogate", s, [0.5] * 3) for s in range(3)]
@@ -214,6 +215,7 @@ seed_values = st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_siz
 # contract 10 (property): an attack equal to the control shifted by c has gain c, CI [c, c]
 @settings(max_examples=30, deadline=None)
 @given(seed_values, shifts)
+@pytest.mark.slow
 def test_gain_of_a_shifted_control_is_the_shift(values, c):
     recs = [_record("random", "seed", s, [v] * 3) for s, v in enumerate(values)]
     recs += [_record("activethief", "seed", s, [v + c] * 3, tracks=("A", "B"))
@@ -261,6 +263,7 @@ def _write_runs(root: Path, records: list[RunRecord]) -> None:
         (folder / "summary.json").write_text(json.dumps(dict(rec.summary)))
 
 
+@pytest.mark.slow
 def test_report_writes_gains_files_and_leaderboard_columns(tmp_path):
     # contract 16: gains.csv|md|json; numbers stay numbers; leaderboard shows the gain
     recs = [_record("random", "surrogate", s, [BASE[s]] * 3) for s in range(3)]
@@ -342,6 +345,7 @@ def test_also_against_refuses_a_name_that_is_not_a_control(tmp_path, capsys):
     assert "--also-against: 'dfme' is not a null control" in err and not missing.exists()
 
 
+@pytest.mark.slow
 def test_report_shows_the_named_control_and_its_data_mode(tmp_path):
     # contract 16: gains.csv/json carry control_data_mode and the rule; gains.md names the
     # control's data mode where it differs from the attack's; the leaderboard gets its columns

@@ -104,6 +104,7 @@ CASES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
 
 
 @pytest.mark.parametrize("case, damage, status, reason, grid_cell", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.slow
 def test_each_damaged_file_is_excluded_by_name_with_its_reason(tmp_path, case, damage, status, reason, grid_cell):
     # issue 40 item 5 / issue 43: never read as complete, never silently gone
     parent = tmp_path / "runs" / ("pytest/20260101T000000Z/cells" if grid_cell else "mnist_random/20260101T000000Z")
@@ -127,6 +128,7 @@ def test_each_damaged_file_is_excluded_by_name_with_its_reason(tmp_path, case, d
     assert any(names[2] in str(w.message) and reason in str(w.message) for w in caught)
 
 
+@pytest.mark.slow
 def test_an_empty_seed_folder_is_named_too(tmp_path):
     # a run killed right after creating its folder left nothing but the folder
     write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5)

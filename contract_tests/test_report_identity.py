@@ -55,6 +55,7 @@ def _agreement(files: dict, label: str = "random") -> dict[int, float]:
     return dict(zip(rows["seed"], rows["agreement"]))
 
 
+@pytest.mark.slow
 def test_a_grid_cell_older_than_a_mebench_run_loses_to_it(tmp_path):
     # issue 43: the cells folder ('cells') sorts after every timestamp, but completed first
     cell = write_seed(tmp_path / "pytest" / "20260101T000000Z" / "cells" / "random-s0", 0, 0.3,
@@ -69,6 +70,7 @@ def test_a_grid_cell_older_than_a_mebench_run_loses_to_it(tmp_path):
     assert "path order" not in warning  # a true later completion, not a tie
 
 
+@pytest.mark.slow
 def test_a_newer_grid_cell_wins_and_file_times_stand_in_for_completed_at(tmp_path):
     # the order is completion time whatever the kind of folder; without completed_at, the file's mtime
     cell = write_seed(tmp_path / "pytest" / "20200101T000000Z" / "cells" / "random-s0", 0, 0.3, grid_cell=True)
@@ -81,6 +83,7 @@ def test_a_newer_grid_cell_wins_and_file_times_stand_in_for_completed_at(tmp_pat
                for m in messages)
 
 
+@pytest.mark.slow
 def test_a_replaced_run_with_another_code_identity_is_said_so(tmp_path):
     write_seed(tmp_path / "a" / "t1" / "seed_0", 0, 0.3, completed_at="2026-01-01T00:00:00Z",
                code="0.1.0+src.111111111111")
@@ -90,6 +93,7 @@ def test_a_replaced_run_with_another_code_identity_is_said_so(tmp_path):
     assert any("replaced by" in m and "their code identity differ" in m for m in messages)
 
 
+@pytest.mark.slow
 def test_seeds_at_two_thread_counts_are_not_pooled_silently(tmp_path):
     # issue 43: threads 1 and 2 give different float reductions: separate rows, and a warning naming them
     for seed, threads in ((0, 1), (1, 1), (2, 2)):
@@ -108,6 +112,7 @@ def test_seeds_at_two_thread_counts_are_not_pooled_silently(tmp_path):
                                                                    "knockoff"}
 
 
+@pytest.mark.slow
 def test_seeds_of_different_code_are_split_and_old_records_fall_back_to_git(tmp_path):
     # no code_identity (an older record): the git commit and dirty flag stand in; a missing field splits nothing
     write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5, code=None, extra={"git": {"commit": "a" * 40, "dirty": False}})
@@ -119,6 +124,7 @@ def test_seeds_of_different_code_are_split_and_old_records_fall_back_to_git(tmp_
     assert labels == {"random [code git aaaaaaaaaaaa]", "random [code git aaaaaaaaaaaa+dirty]", "knockoff"}
 
 
+@pytest.mark.slow
 def test_cells_kept_stale_are_marked(tmp_path):
     write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5)
     write_seed(tmp_path / "r" / "t" / "seed_1", 1, 0.5,

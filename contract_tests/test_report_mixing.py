@@ -34,6 +34,7 @@ def _run(root: Path, name: str, label: str, seeds, budgets, agreement: float, *,
         (folder / "summary.json").write_text(json.dumps(summary))
 
 
+@pytest.mark.slow
 def test_different_victim_checkpoints_are_reported_apart(tmp_path):
     _run(tmp_path, "old", "random", [0, 1], [1000, 10000], 0.5, sha="aaaa1111")
     _run(tmp_path, "new", "random", [0, 1], [1000, 10000], 0.6, sha="bbbb2222")
@@ -45,6 +46,7 @@ def test_different_victim_checkpoints_are_reported_apart(tmp_path):
     assert tuple(agg.columns) == AGGREGATE_COLUMNS  # the one aggregate.csv schema
 
 
+@pytest.mark.slow
 def test_runs_that_did_not_complete_are_left_out_and_listed(tmp_path):
     _run(tmp_path, "done", "random", [0, 1], [1000, 10000], 0.5)
     _run(tmp_path, "cut", "activethief", [0], [1000, 10000], 0.9, status="interrupted")
@@ -58,6 +60,7 @@ def test_runs_that_did_not_complete_are_left_out_and_listed(tmp_path):
     assert "Runs left out (not complete)" in md and "interrupted" in md
 
 
+@pytest.mark.slow
 def test_ranks_and_comparisons_stay_within_one_budget_span(tmp_path):
     _run(tmp_path, "short", "random", [0, 1, 2], [1000, 10000], 0.5)
     _run(tmp_path, "long", "activethief", [0, 1, 2], [10000, 100000], 0.4)
@@ -70,6 +73,7 @@ def test_ranks_and_comparisons_stay_within_one_budget_span(tmp_path):
     assert set(comps["checkpoint_B"].dropna().astype(int)) == {10000}  # only the shared checkpoint
 
 
+@pytest.mark.slow
 def test_one_seed_gives_no_interval_and_no_claim(tmp_path):
     _run(tmp_path, "a", "random", [0], [1000, 10000], 0.5)
     _run(tmp_path, "b", "activethief", [0], [1000, 10000], 0.7)
@@ -78,6 +82,7 @@ def test_one_seed_gives_no_interval_and_no_claim(tmp_path):
     assert "n<2" in md and "| yes |" not in md
 
 
+@pytest.mark.slow
 def test_several_paths_latex_and_provenance(tmp_path, capsys):
     _run(tmp_path / "one", "a", "random", [0, 1], [1000, 10000], 0.5)
     _run(tmp_path / "two", "b", "activethief_kcenter", [0, 1], [1000, 10000], 0.7)
@@ -105,6 +110,7 @@ def _cell(cell_id: str, label: str, seed: int, status: str = "passed", budgets=(
     return {"id": cell_id, "status": status, "metrics_rows": rows, "summary": summary}
 
 
+@pytest.mark.slow
 def test_seed_folder_without_summary_is_an_unfinished_run_left_out(tmp_path, capsys):
     # the engine writes summary.json last: metrics.csv alone is a run that was killed or still runs
     _run(tmp_path, "done", "random", [0, 1], [1000, 10000], 0.5)
@@ -120,6 +126,7 @@ def test_seed_folder_without_summary_is_an_unfinished_run_left_out(tmp_path, cap
     assert list(excluded["run_name"]) == ["killed"] and list(excluded["status"]) == ["no summary.json"]
 
 
+@pytest.mark.slow
 def test_report_cells_that_did_not_pass_are_left_out_and_named(tmp_path):
     doc = {"cells": [_cell("random-s0", "random", 0), _cell("random-s1", "random", 1),
                      _cell("kc-s0", "activethief_kcenter", 0, status="failed"),
@@ -139,6 +146,7 @@ def test_report_cells_that_did_not_pass_are_left_out_and_named(tmp_path):
     assert list(pd.read_csv(files["excluded_csv"])["status"]) == ["cell failed", "cell error"]
 
 
+@pytest.mark.slow
 def test_a_seed_run_read_twice_is_kept_once(tmp_path):
     _run(tmp_path / "runs", "a", "random", [0, 1], [1000, 10000], 0.5)
     folder, seed_folder = tmp_path / "runs", tmp_path / "runs" / "a" / "20260101T000000Z" / "seed_0"
@@ -155,6 +163,7 @@ def test_a_seed_run_read_twice_is_kept_once(tmp_path):
     assert set(pd.read_csv(files["aggregate_csv"])["n_seeds"]) == {1}
 
 
+@pytest.mark.slow
 def test_n_bootstrap_reaches_comparisons_and_gains_and_every_option_has_help(tmp_path):
     from mebench.report.cli import add_report_arguments
     import argparse
@@ -169,6 +178,7 @@ def test_n_bootstrap_reaches_comparisons_and_gains_and_every_option_has_help(tmp
     assert all(action.help for action in parser._actions)
 
 
+@pytest.mark.slow
 def test_latex_table_has_mode_track_span_columns_and_values_at_the_span_end(tmp_path):
     _run(tmp_path, "short", "random", [0, 1], [1000, 10000], 0.5)
     _run(tmp_path, "long", "activethief_kcenter", [0, 1], [1000, 10000, 100000], 0.4)
@@ -185,6 +195,7 @@ def test_latex_table_has_mode_track_span_columns_and_values_at_the_span_end(tmp_
     assert tex.count("\\midrule") == 2  # header rule + one rule between the two span blocks
 
 
+@pytest.mark.slow
 def test_defended_runs_are_another_victim(tmp_path):
     # a defense changes what the attacker sees: its runs are never pooled with undefended ones
     _run(tmp_path, "plain", "random", [0, 1], [1000, 10000], 0.5)

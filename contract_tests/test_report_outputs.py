@@ -109,6 +109,7 @@ def _read(files: dict, key: str) -> pd.DataFrame:
     return pd.read_csv(files[key], keep_default_na=True)
 
 
+@pytest.mark.slow
 def test_writes_png_svg_markdown_html_and_comparisons(report):
     # contract 0: budget-performance curves + tables are the primary outputs
     root, _, files = report
@@ -274,6 +275,7 @@ def _cells(root: Path) -> dict:
     return {"cells": cells + [{"id": "failed-cell", "outcome": "failed"}]}
 
 
+@pytest.mark.slow
 def test_pytest_json_report_gives_same_numbers(report, tmp_path):
     # contract 16: the harness's JSON report and the runs folder give the same numbers
     root, _, files = report

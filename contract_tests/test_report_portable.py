@@ -52,6 +52,7 @@ def _report(root: Path, out: Path) -> dict:
         return write_report(root, out, n_bootstrap=50)
 
 
+@pytest.mark.slow
 def test_defenses_md_has_the_victim_column_and_never_mixes_builds(tmp_path):
     # issue 43: a .pt and an .onnx build of one victim_id (different sha256) are two rows, never differenced
     for seed in (0, 1):
@@ -69,6 +70,7 @@ def test_defenses_md_has_the_victim_column_and_never_mixes_builds(tmp_path):
     assert drops["mnist_lenet5@aaaaaaaa"] == pytest.approx(-0.1) and pd.isna(drops["mnist_lenet5@bbbbbbbb"])
 
 
+@pytest.mark.slow
 def test_no_empty_defense_plot_is_written(tmp_path):
     # issue 43: no plot at a budget no defended run reached; no hard-label plot without a defended hard-label run
     for seed in (0, 1):
@@ -87,6 +89,7 @@ def test_no_empty_defense_plot_is_written(tmp_path):
     assert files["defenses_mnist_soft_prob_png"].stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_report_paths_are_relative_and_survive_moving_runs(tmp_path):
     # issue 43: nothing in a report points to an absolute path
     runs = tmp_path / "runs"
@@ -107,7 +110,7 @@ def test_report_paths_are_relative_and_survive_moving_runs(tmp_path):
 
 
 def test_grid_report_json_paths_are_made_relative_to_it(tmp_path):
-    # issue 43: the grid's report.json (written by mebench.session) stores paths relative to itself
+    # issue 43: the grid's report.json (written by mebench.harness.session) stores paths relative to itself
     run = tmp_path / "runs" / "pytest" / "20260101T000000Z"
     cell = run / "cells" / "random-s0"
     cell.mkdir(parents=True)
@@ -127,6 +130,7 @@ def test_grid_report_json_paths_are_made_relative_to_it(tmp_path):
     assert resolve_stored(stored, held).read_text() == "x\n"
 
 
+@pytest.mark.slow
 def test_the_report_imports_no_torch(tmp_path):
     # issue 43: `mebench report` is torch-free (0.73 GB RSS for one run with torch)
     for seed in (0, 1):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ def _rows(res):
     return [r for s in res.seeds for r in s.rows]
 
 
+@pytest.mark.slow
 def test_same_config_gives_bit_identical_metrics_and_weights_on_cpu(make_cfg):
     # contract 8, 10, 17.3: Track A is deterministic under fixed seeds
     cfg = make_cfg()
@@ -97,6 +99,7 @@ def test_track_a_runs_exactly_s_b_steps_at_batch_128(make_cfg, monkeypatch):
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cps=st.lists(st.integers(1, 400), min_size=1, max_size=4, unique=True).map(sorted))
+@pytest.mark.slow
 def test_d_b_is_a_prefix_of_d_b_prime(cps, make_cfg, monkeypatch):
     # contract 7: D_B is the first B queried images; for B < B', D_B is a prefix of D_B'
     snapshots = {}

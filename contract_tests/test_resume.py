@@ -97,6 +97,7 @@ def cell_summary(grid: pytest.Pytester) -> dict:
 
 
 # issue 35: a changed default of a registered attack makes --resume run the cell again, with one line saying why.
+@pytest.mark.slow
 def test_changed_attack_default_reruns_the_cell(grid, monkeypatch):
     run_grid(grid).assert_outcomes(passed=1)
     run_grid(grid, "--resume").assert_outcomes(skipped=1)  # nothing changed: kept
@@ -111,6 +112,7 @@ def test_changed_attack_default_reruns_the_cell(grid, monkeypatch):
 
 
 # issue 35: a changed code identity (another mebench source) makes --resume run the cell again.
+@pytest.mark.slow
 def test_changed_code_identity_reruns_the_cell(grid, monkeypatch):
     run_grid(grid).assert_outcomes(passed=1)
     old = identity.code_identity()
@@ -123,6 +125,7 @@ def test_changed_code_identity_reruns_the_cell(grid, monkeypatch):
 
 
 # issue 43: --resume with another --mebench-threads does not reuse cells computed at another thread count.
+@pytest.mark.slow
 def test_changed_thread_count_reruns_the_cell(grid):
     run_grid(grid).assert_outcomes(passed=1)
     again = grid.runpytest("benchmarks", "--mebench-cells", "cells", "--mebench-threads", "2", "--resume")
@@ -132,6 +135,7 @@ def test_changed_thread_count_reruns_the_cell(grid):
 
 
 # issue 35: --keep-stale keeps a whole cell whose plan differs, and marks it in summary.json and the JSON report.
+@pytest.mark.slow
 def test_keep_stale_keeps_and_marks_the_cell(grid, monkeypatch):
     run_grid(grid).assert_outcomes(passed=1)
     before = (grid.path / "cells" / CELL / "metrics.csv").read_bytes()
@@ -155,6 +159,7 @@ def test_keep_stale_keeps_and_marks_the_cell(grid, monkeypatch):
     (lambda d: (d / "summary.json").write_text('{"status": "compl'), "summary.json is not valid JSON (truncated?)"),
     (lambda d: (d / "metrics.csv").unlink(), "metrics.csv is missing"),
 ], ids=["truncated-csv", "empty-summary", "invalid-summary", "missing-csv"])
+@pytest.mark.slow
 def test_damaged_cell_is_run_again(grid, damage, reason):
     run_grid(grid).assert_outcomes(passed=1)
     damage(grid.path / "cells" / CELL)
@@ -164,6 +169,7 @@ def test_damaged_cell_is_run_again(grid, damage, reason):
 
 
 # issue 43: running into a cells folder that holds cells needs --resume or --overwrite: one line, nothing created.
+@pytest.mark.slow
 def test_non_empty_cells_folder_needs_resume_or_overwrite(grid):
     run_grid(grid).assert_outcomes(passed=1)
     before = sorted(p.relative_to(grid.path) for p in grid.path.rglob("*"))
@@ -179,6 +185,7 @@ def test_non_empty_cells_folder_needs_resume_or_overwrite(grid):
 
 
 # issue 43: grid folders are reserved exclusively; a run without grid cells leaves none behind.
+@pytest.mark.slow
 def test_each_grid_run_gets_its_own_folder(grid):
     for _ in range(2):
         grid.runpytest("benchmarks").assert_outcomes(passed=1)

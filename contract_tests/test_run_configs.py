@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mebench.attacks import ATTACKS
-from mebench.validation import load_config
+from mebench.config.validation import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 INVALID_ON_PURPOSE = {"mnist_lenet5_dfme_hard.yaml"}

@@ -1,4 +1,4 @@
-"""The resolved run plan (``mebench.plan``): what ran is recorded whole and hashed (issue 35).
+"""The resolved run plan (``mebench.config.plan``): what ran is recorded whole and hashed (issue 35).
 
 Also pins the bytes of ``metrics.csv`` of five tiny runs to the digests the code produced before
 the plan existed (``_tiny_runs.py``): resolving a plan must not change a single number.
@@ -21,7 +21,7 @@ from _tiny_runs import CASES, REAL_CASES, real_metrics_digest, tiny_metrics_dige
 from mebench import engine, identity
 from mebench.attacks.knockoff import KnockoffParams
 from mebench.defenses import DEFENSES
-from mebench.plan import canonical_json, first_difference, identity_hash, resolve, stale_reason
+from mebench.config.plan import canonical_json, first_difference, identity_hash, resolve, stale_reason
 from mebench.testing import synthetic_victim
 
 #: sha256 of metrics.csv per case, computed on commit 27f4652 (before the run plan), 1 torch thread,
@@ -140,7 +140,7 @@ def test_identity_hash_covers_plan_code_and_threads():
 
 # issue 35: the plan and the resume rule import no torch (they belong to the torch-free config layer).
 def test_plan_and_resume_modules_import_no_torch():
-    code = "import sys, mebench.plan, mebench.resume; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, mebench.config.plan, mebench.resume; assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

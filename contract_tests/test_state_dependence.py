@@ -8,7 +8,9 @@ configuration says so through ``Attack.queries_depend_on_state(params)``, which 
 ActiveThief's random strategy never consults its substitute). The claim is checked against
 behaviour: the same seed against a victim that answers differently must send the very same
 images when the attack says its queries do not depend on state, and other images when it says
-they do.
+they do. Each registered attack's claim at its smoke parameters is checked for every attack in the
+registry by ``test_attack_registry.py``; this module checks the variants and the written disclaimer
+through the engine.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ import torch
 
 from mebench.attacks import ATTACKS
 from mebench.testing import synthetic_victim
-from mebench.validation import attack_params, validate
+from mebench.config.validation import attack_params, validate
 from test_track_b_test_split import ATTACKS as WITH_TRACK_B, DATA_FREE, config, fingerprint
+
+#: Whole engine runs per variant: the claim itself is checked for every attack in the fast tier
+#: (test_attack_registry.py::test_state_dependence_claim_matches_behaviour).
+pytestmark = pytest.mark.slow
 
 CASES = WITH_TRACK_B + [
     ("activethief_random", {"name": "activethief", "params": {"strategy": "random", "rounds": 2, "max_epochs": 2,
@@ -37,10 +43,6 @@ CASES = WITH_TRACK_B + [
 def other_victim(tmp_path_factory):
     """A second SYNTH victim (another seed, fewer steps): it answers many images differently."""
     return synthetic_victim(tmp_path_factory.mktemp("other") / "other_victim.pt", steps=40, seed=7)
-
-
-def test_every_registered_attack_is_covered():
-    assert {case[1]["name"] for case in CASES} == set(ATTACKS.names())
 
 
 # contract 9: the disclaimer is written exactly when the queries depend on the attacker's state

@@ -22,6 +22,9 @@ from test_dfme import TINY as TINY_DFME  # each generative attack's tiny preset 
 from test_dfms import TINY as TINY_DFMS
 from test_maze import TINY as TINY_MAZE
 
+#: Whole engine runs per variant: every attack's test-split independence is in the fast tier
+#: (test_attack_registry.py::test_track_b_does_not_depend_on_the_test_split).
+pytestmark = pytest.mark.slow
 DATA_FREE = {"dataset": {"data_mode": "data_free", "surrogate_name": None}}
 # (id, attack section, other sections): every attack with a Track B of its own
 ATTACKS = [
@@ -116,7 +119,7 @@ def config(make_cfg, attack: dict[str, Any], other: dict[str, Any]):
 # contract 8 / 9: Track B (and every query) is the same whatever the test split holds
 @pytest.mark.parametrize("attack,other", [a[1:] for a in ATTACKS], ids=[a[0] for a in ATTACKS])
 def test_track_b_and_queries_do_not_depend_on_the_test_split(make_cfg, tmp_path, monkeypatch, attack, other):
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     cfg = config(make_cfg, attack, other)
     validate(cfg)

@@ -72,6 +72,7 @@ def test_recording_losses_leaves_training_bit_identical():
     assert torch.isfinite(losses).all() and losses[0] > losses[-5:].mean()
 
 
+@pytest.mark.slow
 def test_a_healthy_run_records_every_checkpoint_and_raises_no_flag(make_cfg):
     cfg = make_cfg(attack={"name": "knockoff"})
     res = engine.run(cfg, progress=False)
@@ -88,6 +89,7 @@ def test_a_healthy_run_records_every_checkpoint_and_raises_no_flag(make_cfg):
     assert not (write_report(res.directory, res.directory / "report").keys() & {"health_csv", "health_md"})
 
 
+@pytest.mark.slow
 def test_a_collapsed_track_a_is_flagged_in_the_summary_the_log_and_the_report(make_cfg, tmp_path):
     cfg = make_cfg()
     prep = engine.prepare(cfg)

@@ -17,11 +17,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mebench import engine
+from mebench import engine, world
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.transfer import TransferEvaluator, TransferSettings, _input_grad, correct_subset, fgsm, pgd
-from mebench.validation import validate
+from mebench.config.validation import validate
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)
@@ -70,7 +70,7 @@ def test_transfer_is_never_charged_and_never_changes_the_run(make_cfg, tmp_path)
     # contract 1.1: the victim is reached outside the oracle; metrics.csv is the same with and without it
     plain = make_cfg(run={"output_dir": str(tmp_path / "plain")})
     measured = make_cfg(run={"output_dir": str(tmp_path / "measured")},
-                        metrics={"transfer": ["fgsm", "pgd"], "transfer_images": 40})
+                        measure={"transfer": {"methods": ["fgsm", "pgd"], "images": 40}})
     a = engine.run(plain, progress=False).seeds[0]
     b = engine.run(measured, progress=False).seeds[0]
     assert a.summary["queries_used"] == b.summary["queries_used"] == 500
@@ -88,11 +88,11 @@ def test_transfer_is_never_charged_and_never_changes_the_run(make_cfg, tmp_path)
 
 def test_bad_transfer_settings_fail_before_any_work(make_cfg):
     with pytest.raises(ConfigError, match="distinct methods") as e:
-        validate(make_cfg(metrics={"transfer": ["cw"]}), check_files=False)
-    assert e.value.key == "metrics.transfer"
+        validate(make_cfg(measure={"transfer": {"methods": ["cw"]}}), check_files=False)
+    assert e.value.key == "measure.transfer.methods"
     with pytest.raises(ConfigError) as e:
-        validate(make_cfg(metrics={"transfer": ["fgsm"], "transfer_images": 0}), check_files=False)
-    assert e.value.key == "metrics.transfer_images"
+        validate(make_cfg(measure={"transfer": {"methods": ["fgsm"], "images": 0}}), check_files=False)
+    assert e.value.key == "measure.transfer.images"
 
 
 def test_independent_reference_is_trained_once_per_process_and_equals_a_fresh_one(make_cfg, monkeypatch):
@@ -101,10 +101,10 @@ def test_independent_reference_is_trained_once_per_process_and_equals_a_fresh_on
     from mebench.testing import _images
     from mebench.training import track_a
 
-    cfg = make_cfg(metrics={"transfer": ["fgsm"]})
+    cfg = make_cfg(measure={"transfer": {"methods": ["fgsm"]}})
     prep = engine.prepare(cfg)
     x, y = _images("SYNTH", True)
-    monkeypatch.setattr(engine, "_INDEPENDENT", {})
+    monkeypatch.setattr(world, "_INDEPENDENT", {})
     trained = []
     real_train = track_a.TrackATrainer.train
     monkeypatch.setattr(track_a.TrackATrainer, "train", lambda self, *a, **k: trained.append(1) or real_train(self, *a, **k))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mebench import cli, engine
 from mebench.config import parse_config
-from mebench.validation import load_config, validate
+from mebench.config.validation import load_config, validate
 from mebench.errors import ConfigError
 from mebench.testing import deep_update
 
@@ -116,3 +116,28 @@ def test_missing_checkpoint_is_a_config_error(synth_cfg_dict, tmp_path):
     path = _write(tmp_path, deep_update(synth_cfg_dict, {"victim": {"checkpoint_ref": str(tmp_path / "none.pt")}}))
     with pytest.raises(ConfigError, match="victim.checkpoint_ref"):
         load_config(path)
+
+
+# contract 1.2: temperature has one spelling, the victim's explicit oracle profile; the old
+# `temperature` defense is read as it, with one deprecation warning naming both, and the oracle
+# answers the same through the same transform
+def test_the_temperature_defense_is_read_as_the_tempered_profile(synth_cfg_dict):
+    import torch
+
+    from mebench.defenses import DEFENSES, build_answers
+    from mebench.errors import ConfigDeprecationWarning
+    from mebench.victims.wrapper import FrozenVictim
+
+    old = deep_update(synth_cfg_dict, {"defense": {"name": "temperature", "params": {"temperature": 2.5}}})
+    with pytest.warns(ConfigDeprecationWarning, match=r"defense 'temperature' is deprecated: write "
+                                                      r"victim.oracle_profile: tempered and victim.temperature: 2.5"):
+        cfg = parse_config(old)
+    new = parse_config(deep_update(synth_cfg_dict, {"victim": {"oracle_profile": "tempered", "temperature": 2.5}}))
+    assert cfg == new and cfg.defense.name == "none"
+    validate(cfg)
+    victim = FrozenVictim(torch.nn.Linear(64, 4), "cpu")
+    x = torch.rand(5, 64, generator=torch.Generator().manual_seed(0))
+    defense = DEFENSES.get("temperature")(DEFENSES.get("temperature").Params(2.5), torch.Generator())
+    before, after = build_answers(victim, 1.0, defense), build_answers(victim, cfg.victim.temperature)
+    assert torch.equal(before.probs(x), after.probs(x))
+    assert torch.equal(before.probs(x, reference_only=True), after.probs(x, reference_only=True))

@@ -48,6 +48,7 @@ def test_crop_flip_keeps_shape_and_content():
     assert not torch.equal(x, y)
 
 
+@pytest.mark.slow
 def test_cifar_recipe_code_path_on_synthetic_data(tmp_path, monkeypatch):
     # contract 4: `mebench victim train` writes PATH.pt and PATH.json with test_accuracy (synthetic CIFAR-10)
     import torchvision.datasets as tvd
@@ -83,7 +84,7 @@ def test_bare_state_dict_loads_with_victim_arch(make_cfg, synth_victim_path, tmp
 def test_validation_reads_each_victim_file_version_once(make_cfg, synth_victim_path, tmp_path, monkeypatch):
     # contract 4, 15.2: validate(check_files=True) loads the checkpoint (weights only) before any work,
     # once per file version, so a grid of many cells does not re-read it
-    from mebench.validation import validate
+    from mebench.config.validation import validate
 
     path = tmp_path / "v.pt"
     path.write_bytes(Path(synth_victim_path).read_bytes())

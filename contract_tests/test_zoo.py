@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from mebench.errors import ConfigError
-from mebench.grid import expand_zoos
+from mebench.harness.grid import expand_zoos
 from mebench.report.document import render_html, render_markdown
 from mebench.report.zoo import zoo_blocks, zoo_tables
 

@@ -1,4 +1,4 @@
-"""Measured step times of this machine, for the cost estimate (``mebench.cost``).
+"""Measured step times of this machine, for the cost estimate (``mebench.harness.cost``).
 
 A fixed table of step times was wrong by an order of magnitude as soon as the box had other
 work, more threads or another CPU. So the estimate asks this module for three numbers per

@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mebench.errors import ConfigError, MebenchError, OutputExistsError, interrupt_on_sigterm
+from mebench.errors import ConfigDeprecationWarning, ConfigError, MebenchError, OutputExistsError, interrupt_on_sigterm
 from mebench.options import int_list
 from mebench.progress import stderr_lines
 
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "recorded in summary.json; default: free CPUs, at most 8, or $OMP_NUM_THREADS)")
     r.add_argument("--transfer", action="store_true",
                    help="also measure transferability (FGSM and PGD crafted on every checkpoint substitute, "
-                        "scored on the victim; transfer.csv), as metrics.transfer: [fgsm, pgd]")
+                        "scored on the victim; transfer.csv), as measure.transfer.methods: [fgsm, pgd]")
     r.add_argument("--no-progress", action="store_true",
                    help="no progress output (default: bars on a terminal, a line per phase and minute in a log)")
     # Two options, not one with an optional value: `--resume CONFIG` must never read CONFIG as the run folder.
@@ -130,7 +131,7 @@ def _set_threads(threads: "int | None") -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mebench.validation import load_config
+    from mebench.config.validation import load_config
 
     cfg = load_config(args.config, overrides={"seeds": args.seeds, "budgets": args.budgets, "device": args.device,
                                               "data_root": args.data_root, "output_dir": args.out,
@@ -205,7 +206,7 @@ def cmd_victim_train(args: argparse.Namespace) -> int:
 def _train_one(args: argparse.Namespace, recipe: Any, out: Optional[Path]) -> int:
     import dataclasses
 
-    from mebench.validation import check_device
+    from mebench.config.validation import check_device
     from mebench.victims.recipes import train_victim
 
     if args.device:
@@ -294,6 +295,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    import warnings
+
+    warnings.simplefilter("default", ConfigDeprecationWarning)  # Python hides DeprecationWarnings outside __main__
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv[:1] if argv[:1] in (["report"], ["docs"]) else argv)
     interrupt_on_sigterm()

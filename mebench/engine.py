@@ -1,21 +1,17 @@
-"""The query loop and the two tracks (contract §7, §8, §14.3).
+"""The query loop and its lifecycle events (contract §7, §14.3; issue 35: plan -> world -> loop -> probes).
 
-``run(cfg)`` validates the config, prepares what all seeds share (the frozen
-victim and its answer pipeline, the test split and the victim's reference
-probabilities on it, the pool source images), then for every seed: builds the pool and the attack, lets the attack
-propose batches that the oracle answers and the query store records, and at
-each checkpoint B scores Track B (the attack's own substitute, if it has one)
-and Track A (a fresh substitute trained on D_B). The engine never asks what
-kind of attack it runs; capabilities are read from the attack class.
+``run(cfg)`` validates the config, resolves one plan per seed (``mebench.config.plan``), builds what all
+seeds share (``mebench.world.prepare``) and runs every seed. A seed builds its world (oracle,
+query store, pool, attack), tells the plan's probes (``mebench.probes``) ``start``, lets the
+attack propose batches that the oracle answers and the store records, tells them ``checkpoint``
+at every B (Track A and B score substitutes there and ``emit`` them to the others) and
+``finish`` after the last query. The engine never asks what kind of attack it runs, nor what a
+probe measures; it writes ``metrics.csv`` (§16.2), ``measurements.csv`` and ``summary.json``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import shutil
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -24,70 +20,21 @@ import torch
 from tqdm.auto import tqdm
 
 from mebench import artifacts
-from mebench.attacks import ATTACKS, AttackContext
 from mebench.config import RunConfig
-from mebench.data.augment import grow_pool
 from mebench.data.cache import QueryStore
-from mebench.data.datasets import load_split, resolve_data_root
-from mebench.data.pools import Pool
-from mebench.data.profiles import DatasetProfile, get_profile
-from mebench.defenses import DEFENSES, Defense, DefenseContext, build_answers, make_defense
-from mebench.defenses.detection import Detector, benign_streams, feed
-from mebench.defenses.utility import utility_cost
-from mebench.errors import SlowVictimWarning
-from mebench.metrics import Evaluator
-from mebench.models.registry import build_model
-from mebench import identity
-from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner, sweep_dead_caches
-from mebench.oracle import AnswerPipeline, Oracle
-from mebench.plan import RunPlan, resolve
-from mebench.resume import resume_seeds
+from mebench.naming import QUERY_CACHE_DIR, sweep_dead_caches
+from mebench.oracle import Oracle
+from mebench.config.plan import RunPlan, resolve
+from mebench.probes import MEASUREMENT_COLUMNS, PROBES, Probe, Scored, merge_section
 from mebench.progress import Say, Ticker, interval_of, prefixed
-from mebench.serial import config_hash
-from mebench.runinfo import git_commit, library_versions, machine_info
-from mebench.seeding import generator, seed_everything
+from mebench.resume import resume_seeds
+from mebench.seeding import seed_everything
 from mebench.state import EngineState
-from mebench.training.health import LossCurve, assess, restart_flag
-from mebench.training.track_a import TrackASpec, TrackATrainer
-from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
-from mebench.types import CheckpointResult
-from mebench.validation import attack_params, defense_params, seed_pool_size, validate
-from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
-from mebench.victims.wrapper import FrozenVictim
-
-DISCLAIMER_9 = (
-    "Contract §9: this attack's queries are state-dependent (selected or synthesized for the attacker's "
-    "model at query time). A lower Track A than Track B indicates lower cross-initialization generalizability "
-    "of the query set, not necessarily lower usefulness for the end-to-end attack; Track B is the faithful "
-    "end-to-end measure and Track A measures query-set generalizability.")
-
-
-@dataclass
-class Prepared:
-    """What every seed of a run shares; built once."""
-
-    profile: DatasetProfile
-    num_classes: int
-    device: torch.device
-    victim: FrozenVictim
-    answers: AnswerPipeline
-    victim_meta: dict[str, Any]
-    evaluator: Evaluator
-    surrogate_images: Optional[torch.Tensor] = None
-    surrogate_labels: Optional[torch.Tensor] = None  # the surrogate dataset's own classes (pool labels)
-    victim_train_images: Optional[torch.Tensor] = None
-    transfer_reference: Optional[torch.nn.Module] = None
-    seconds: float = 0.0
-    data_root: Optional[Path] = None
-    download: bool = False
-    splits: dict[tuple[str, bool], Any] = field(default_factory=dict)
-    defense_states: dict[str, Any] = field(default_factory=dict)
-
-    def split(self, name: str, train: bool, command: str = "run") -> tuple[torch.Tensor, torch.Tensor]:
-        """Images (uint8) and labels of one split of dataset ``name``, read once and kept."""
-        if (name, train) not in self.splits:
-            self.splits[(name, train)] = load_split(name, self.data_root, train, self.download, command)
-        return self.splits[(name, train)]
+from mebench.training.track_a import TrackATrainer
+from mebench.config.validation import validate
+from mebench.world import (  # noqa: F401  (re-exported: the harness and tests build worlds through these)
+    DISCLAIMER_9, Prepared, World, build_pool, clean_store, defense_context, defense_for, independent_model,
+    make_attack, make_oracle, make_store, make_track_a_trainer, open_store, prepare, row_identity, summary_head)
 
 
 @dataclass
@@ -103,223 +50,6 @@ class RunResult:
     directory: Path
     seeds: list[SeedResult] = field(default_factory=list)
     aggregate: list[dict[str, Any]] = field(default_factory=list)
-
-
-def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
-    """Load the victim, the test split (and its victim probabilities) and the pool source.
-
-    ``command`` ("run" or "grid") words the fix when a dataset is missing (``datasets.HINTS``).
-    """
-    t0 = time.perf_counter()
-    profile = get_profile(cfg.dataset.name)
-    device = torch.device(cfg.run.device)
-    root = resolve_data_root(cfg.dataset.data_root, command)
-    test_x, test_y = load_split(profile.name, root, False, cfg.dataset.download, command)
-    num_classes = profile.num_classes
-    net, meta = build_victim(cfg.victim, num_classes)
-    victim = FrozenVictim(net, device)
-    rate = measure_throughput(victim.logits, (cfg.victim.channels, *cfg.victim.input_size), device)
-    meta["throughput_images_per_s"] = rate
-    slow = throughput_warning(rate, cfg.victim.throughput_floor, cfg.budget.max_budget)
-    if slow:
-        warnings.warn(slow, SlowVictimWarning, stacklevel=2)
-    answers = build_answers(victim, cfg.victim.temperature)  # the reference the metrics compare with
-    evaluator = Evaluator(test_x, test_y, answers.reference_probs(test_x), cfg.attack.output_mode == "soft_prob", device)
-    meta["test_accuracy_measured"] = evaluator.victim_accuracy()
-    meta["answer_transforms"] = answers.describe()
-    prep = Prepared(profile, num_classes, device, victim, answers, meta, evaluator, data_root=root,
-                    download=cfg.dataset.download)
-    if cfg.dataset.data_mode == "surrogate":
-        prep.surrogate_images, prep.surrogate_labels = prep.split(cfg.dataset.surrogate_name, True, command)
-    if cfg.dataset.data_mode == "seed" or cfg.metrics.transfer:  # the victim's train split, read once
-        train_x, train_y = prep.split(profile.name, True, command)
-        if cfg.dataset.data_mode == "seed":
-            prep.victim_train_images = train_x
-        if cfg.metrics.transfer:
-            prep.transfer_reference = independent_model(cfg, prep, train_x, train_y)
-    prep.seconds = time.perf_counter() - t0
-    return prep
-
-
-#: independent_model's weights by (spec, device, torch threads, data fingerprint): a grid process runs
-#: many cells on one victim dataset, and the reference (S(60,000) = 12,000 steps on MNIST) is the same
-#: for all of them, so it is trained once per process. Training is seeded and deterministic for a
-#: fixed device and thread count, so a cached model equals a freshly trained one.
-_INDEPENDENT: dict[tuple, dict[str, torch.Tensor]] = {}
-
-
-def independent_model(cfg: RunConfig, prep: Prepared, x: torch.Tensor, y: torch.Tensor) -> torch.nn.Module:
-    """Transferability's second reference: the substitute's architecture trained on the victim's own
-    training split with its true labels, by Track A's recipe over the whole split (S(N) steps,
-    cross-entropy) — what an attacker holding the real data could do. Trained once per process
-    for the same spec, device, thread count and data (``_INDEPENDENT``)."""
-    spec = dataclasses.replace(TrackASpec.from_config(cfg, prep.num_classes), output_mode="hard_top1")
-    trainer = TrackATrainer(spec, prep.device)
-    key = (repr(spec), str(prep.device), torch.get_num_threads(), tuple(x.shape), int(x.sum()), int(y.sum()),
-           hashlib.sha256(x[: min(len(x), 512)].contiguous().numpy().tobytes()).hexdigest())
-    if key not in _INDEPENDENT:
-        model = trainer.train(x.float().div_(255.0), y)
-        _INDEPENDENT[key] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model = trainer.fresh_model()
-    model.load_state_dict(_INDEPENDENT[key])
-    return model.eval()
-
-
-def build_pool(cfg: RunConfig, prep: Prepared, seed: int) -> Optional[Pool]:
-    """The attacker's pool for this seed (§3): surrogate images, or the augmented seed set."""
-    if cfg.dataset.data_mode == "surrogate":
-        return Pool(prep.surrogate_images, cfg.dataset.surrogate_name, prep.surrogate_labels)
-    if cfg.dataset.data_mode == "seed":
-        train = prep.victim_train_images
-        pick = torch.randperm(train.shape[0], generator=generator(seed, "seed_set"))[: cfg.dataset.seed_size]
-        images = grow_pool(train[pick], seed_pool_size(cfg), generator(seed, "seed_pool"))
-        return Pool(images, f"{cfg.dataset.name}-seed{cfg.dataset.seed_size}-augmented")
-    return None
-
-
-class CheckpointScorer:
-    """Track A and Track B at one checkpoint: trains/fetches a model, scores it, returns rows."""
-
-    def __init__(self, cfg: RunConfig, prep: Prepared, seed: int, progress: bool,
-                 trainer: Optional[TrackATrainer] = None, say: Optional[Say] = None) -> None:
-        self.cfg, self.prep, self.seed, self.progress, self.say = cfg, prep, seed, progress, say
-        self.trainer = make_track_a_trainer(cfg, prep) if trainer is None else trainer
-        self.final_model: Optional[torch.nn.Module] = None
-        self.timings = {"track_a": 0.0, "track_b": 0.0}
-        self.track_a_steps: dict[int, int] = {}
-        self.health: list[dict[str, Any]] = []  # one record per scored checkpoint and track (training.health)
-        self.transfer: Optional[TransferEvaluator] = None
-        self.transfer_rows: list[dict[str, Any]] = []
-        if cfg.metrics.transfer:  # the victim through the evaluation path: never the oracle, never the attack
-            self.timings["transfer"] = 0.0
-            self.transfer = TransferEvaluator(prep.victim, prep.evaluator.x, prep.evaluator.y,
-                                              settings_for(prep.profile, cfg.metrics.transfer_images),
-                                              cfg.metrics.transfer, generator(seed, "transfer"))
-            t0 = time.perf_counter()
-            self.transfer_rows += self.transfer.reference_rows(seed, prep.transfer_reference)
-            self.timings["transfer"] += time.perf_counter() - t0
-
-    def record_health(self, track: str, budget: int, share: float, curve: Optional[LossCurve] = None) -> None:
-        """Keep the checkpoint's health record; say each flag it raises (``mebench.training.health``)."""
-        record = assess(track, budget, share, self.prep.evaluator.victim_top_share, curve)
-        self.health.append(record)
-        for flag in record["flags"]:
-            if self.say is not None:
-                self.say(f"WARNING {flag}")
-
-    def score_transfer(self, model: torch.nn.Module, budget: int, track: str) -> None:
-        """Transfer success of one checkpoint substitute (``metrics.transfer``), kept for transfer.csv."""
-        if self.transfer is None:
-            return
-        t0 = time.perf_counter()
-        self.transfer_rows += self.transfer.rows(model, self.seed, budget, track)
-        self.timings["transfer"] += time.perf_counter() - t0
-
-    def track_a(self, state: EngineState, budget: int) -> CheckpointResult:
-        t0 = time.perf_counter()
-        x, y = state.store.prefix(budget, self.prep.device)
-        steps = self.trainer.steps(budget)
-        ticker = Ticker(self.say, f"Track A B={budget:,}", steps, "steps", interval=interval_of(self.say))
-        with tqdm(total=steps, desc=f"seed {self.seed} Track A B={budget}", unit="step",
-                  disable=not self.progress or None, leave=False) as bar:
-            def on_step(_: int) -> None:
-                bar.update()
-                ticker.update()
-
-            losses = torch.zeros(steps, dtype=torch.float32, device=self.prep.device)
-            model = self.trainer.train(x, y, on_step=on_step, losses=losses)
-        self.track_a_steps[budget] = ticker.done  # recorded once trained: an interrupted training lists nothing
-        metrics, share = self.prep.evaluator.score(model)
-        self.final_model = model
-        dt = time.perf_counter() - t0
-        ticker.close(f"agreement {metrics.agreement:.4f}, acc {metrics.acc_gt:.4f}")
-        self.record_health("A", budget, share, LossCurve.of(losses[:ticker.done]))
-        self.timings["track_a"] += dt
-        self.score_transfer(model, budget, "A")
-        return CheckpointResult(self.seed, budget, "A", metrics, dt)
-
-    def track_b(self, attack: Any, state: EngineState, budget: int) -> Optional[CheckpointResult]:
-        if not type(attack).has_track_b:
-            return None
-        t0 = time.perf_counter()
-        model = attack.track_b_model(state)
-        if model is None:
-            return None
-        metrics, share = self.prep.evaluator.score(model)
-        dt = time.perf_counter() - t0
-        self.record_health("B", budget, share)
-        self.timings["track_b"] += dt
-        self.score_transfer(model, budget, "B")
-        return CheckpointResult(self.seed, budget, "B", metrics, dt)
-
-
-def make_track_a_trainer(cfg: RunConfig, prep: Prepared) -> TrackATrainer:
-    """The Track A trainer every attack shares (§8)."""
-    return TrackATrainer(TrackASpec.from_config(cfg, prep.num_classes), prep.device)
-
-
-def make_oracle(cfg: RunConfig, prep: Prepared, seed: Optional[int] = None) -> Oracle:
-    """A fresh oracle with the full budget of ``cfg`` over the shared frozen victim, behind the
-    run's defense (its randomness seeded from ``seed``, by default the config's first seed)."""
-    seed = cfg.run.seeds[0] if seed is None else seed
-    answers = build_answers(prep.victim, cfg.victim.temperature, defense_for(cfg, prep, seed, "defense"))
-    return Oracle(answers, cfg.attack.output_mode, cfg.budget.max_budget,
-                  (cfg.victim.channels, *cfg.victim.input_size))
-
-
-def defense_for(cfg: RunConfig, prep: Prepared, seed: int, purpose: str) -> Defense:
-    """A fresh instance of the run's defense, its randomness seeded from ``(seed, purpose)``.
-
-    A defense with its own models (``Defense.fit``: a surrogate, a misinformation model) fits
-    them once per victim and parameter set, from a fixed defender seed, and every seed and
-    attack meets the same fitted defense, as they meet the same victim.
-    """
-    cls, params = DEFENSES.get(cfg.defense.name), defense_params(cfg)
-    state = None
-    if cls.fits:
-        key = f"{cfg.defense.name}:{config_hash(cfg.defense.params)}:T{cfg.victim.temperature}"
-        if key not in prep.defense_states:
-            prep.defense_states[key] = cls.fit(params, defense_context(cfg, prep))
-        state = prep.defense_states[key]
-    return make_defense(cfg.defense.name, params, generator(seed, purpose), state)
-
-
-def defense_context(cfg: RunConfig, prep: Prepared) -> DefenseContext:
-    """What a defender has to fit its models: the victim, its training split, its architecture."""
-    v = cfg.victim
-
-    def train_split() -> tuple[torch.Tensor, torch.Tensor]:
-        return prep.split(prep.profile.name, True)
-
-    def make_model(arch: Optional[str] = None) -> torch.nn.Module:
-        return build_model(arch or prep.victim_meta.get("arch") or cfg.substitute.arch, v.channels, prep.num_classes,
-                           tuple(v.input_size), v.normalization.mean, v.normalization.std).to(prep.device)
-
-    return DefenseContext(victim=prep.victim, num_classes=prep.num_classes, input_shape=(v.channels, *v.input_size),
-                          device=prep.device, train_split=train_split, make_model=make_model,
-                          temperature=v.temperature, load_split=lambda name, train: prep.split(name, train))
-
-
-def detection_record(cfg: RunConfig, prep: Prepared, seed: int, detector: Detector) -> dict[str, Any]:
-    """The detector's record of the attack's stream and of the benign streams (``mebench.defenses.detection``):
-    ``metrics.benign_streams`` seeded orders of the victim's test split and of ``metrics.benign_dataset``'s."""
-    checkpoints = tuple(cfg.budget.checkpoints)
-    sources = [(f"{prep.profile.name}-test", prep.split(prep.profile.name, False)[0])]
-    if cfg.metrics.benign_dataset:
-        sources.append((f"{cfg.metrics.benign_dataset}-test", prep.split(cfg.metrics.benign_dataset, False)[0]))
-    benign = []
-    for source, k, images in benign_streams(sources, cfg.budget.max_budget, cfg.metrics.benign_streams, seed):
-        fresh = defense_for(cfg, prep, seed, f"defense_benign:{source}:{k}")
-        answers = build_answers(prep.victim, cfg.victim.temperature, fresh)
-        feed(fresh, images, lambda xb: answers.probs(xb), checkpoints, prep.device)
-        benign.append({"source": source, "stream": k, **fresh.record()})
-    return {"params": dataclasses.asdict(detector.params), "attack": detector.record(), "benign": benign}
-
-
-def make_store(cfg: RunConfig, prep: Prepared, cache_dir: Optional[Path]) -> QueryStore:
-    """The query store: a memmap under ``cache_dir`` when caching is enabled, else in memory."""
-    return QueryStore(cfg.budget.max_budget, (cfg.victim.channels, *cfg.victim.input_size),
-                      cfg.attack.output_mode, prep.num_classes, cache_dir if cfg.cache.enabled else None)
 
 
 def collect(attack: Any, oracle: Oracle, state: EngineState,
@@ -345,46 +75,23 @@ def collect(attack: Any, oracle: Oracle, state: EngineState,
     return spent
 
 
-def _ident(cfg: RunConfig) -> dict[str, str]:
-    return {"attack": cfg.attack_label(), "data_mode": cfg.dataset.data_mode,
-            "output_mode": cfg.attack.output_mode, "victim_id": cfg.victim.victim_id,
-            "substitute_arch": cfg.substitute.arch}
-
-
-def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool], params: Any = None) -> Any:
-    """The attack of ``cfg`` for one seed; ``params`` are its typed parameters (the plan's), parsed here if omitted."""
-    cls = ATTACKS.get(cfg.attack.name)
-    v = cfg.victim
-    # plain values only: the closure must not reach ``prep`` (victim, test split, answers)
-    arch, channels, classes, size = cfg.substitute.arch, v.channels, prep.num_classes, tuple(v.input_size)
-    mean, std, device = tuple(v.normalization.mean), tuple(v.normalization.std), prep.device
-
-    def make_substitute() -> torch.nn.Module:
-        return build_model(arch, channels, classes, size, mean, std).to(device)
-
-    ctx = AttackContext(
-        profile=prep.profile, output_mode=cfg.attack.output_mode, num_classes=prep.num_classes,
-        input_shape=(v.channels, *v.input_size), device=prep.device, seed=seed,
-        generator=generator(seed, "attack"), pool=pool, params=attack_params(cfg) if params is None else params,
-        checkpoints=tuple(cfg.budget.checkpoints), max_budget=cfg.budget.max_budget,
-        make_substitute=make_substitute, data_mode=cfg.dataset.data_mode, seed_size=cfg.dataset.seed_size,
-        divergence_restarts=cfg.attack.divergence_restarts)
-    return cls(ctx)
+def make_probes(plan: RunPlan) -> list[Probe]:
+    """The plan's probes, fresh for one seed, in the plan's order."""
+    return [PROBES.get(p.name)(p.params) for p in plan.probes]
 
 
 def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress: bool = True, *,
              oracle: Optional[Oracle] = None, store: Optional[QueryStore] = None,
              trainer: Optional[TrackATrainer] = None, say: Optional[Say] = None,
              plan: Optional[RunPlan] = None) -> SeedResult:
-    """One seed: collect queries, score both tracks at every checkpoint, write the artifacts.
+    """One seed: build its world, collect queries, tell the probes each event, write the artifacts.
 
-    ``plan`` is the seed's resolved plan (``mebench.plan.resolve(cfg, seed)`` when omitted): the
-    attack's typed parameters come from it and ``summary.json`` records it with its hash, the code
-    identity and, once the seed is done, ``completed_at``.
-    ``oracle``, ``store`` and ``trainer`` default to fresh ones built from ``cfg``;
-    the pytest harness passes its fixtures instead. ``say`` receives a few
-    progress lines per phase (``mebench.progress``). The store is cleaned up
-    here in every case (success, error, Ctrl-C).
+    ``plan`` is the seed's resolved plan (``mebench.config.plan.resolve(cfg, seed)`` when omitted): the
+    attack's typed parameters and the probes come from it and ``summary.json`` records it with its
+    hash, the code identity and, once the seed is done, ``completed_at``. ``oracle``, ``store`` and
+    ``trainer`` default to fresh ones built from ``cfg``; the pytest harness passes its fixtures
+    instead. ``say`` receives a few progress lines per phase (``mebench.progress``). The store is
+    cleaned up here in every case (success, error, Ctrl-C).
     """
     seed_dir.mkdir(parents=True, exist_ok=True)
     plan = resolve(cfg, seed) if plan is None else plan
@@ -392,56 +99,36 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
     seed_everything(seed)
     t_start = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    scorer = CheckpointScorer(cfg, prep, seed, progress, trainer, say)
-    oracle = make_oracle(cfg, prep, seed) if oracle is None else oracle
-    detectors = [t for t in oracle.answers.transforms if isinstance(t, Detector)]
-    summary = _summary_head(cfg, plan, prep)
+    world = World(cfg, plan, prep, seed_dir, make_oracle(cfg, prep, seed) if oracle is None else oracle,
+                  progress, say, trainer, store)
+    probes = make_probes(plan)
+    summary = summary_head(cfg, plan, prep)
     # Replaces an earlier run's summary before any file of this one is written: a folder killed
     # mid-rerun never pairs an old "complete" summary with new partial rows.
     artifacts.atomic_write_json(seed_dir / "summary.json", {**summary, "status": "running"})
-    if cfg.defense.name != "none":  # a fresh instance, so the measurement draws none of the oracle's randomness
-        own = defense_for(cfg, prep, seed, "defense_utility")
-        summary["defense"]["utility"] = utility_cost(build_answers(prep.victim, cfg.victim.temperature, own),
-                                                     prep.answers, prep.evaluator)
-        summary["defense"]["fitted"] = own.describe()  # resolved params and what was fitted (e.g. the outlier source)
     timings = {"prepare_shared": prep.seconds}
-    attack: Any = None
+
+    def emit(scored: Scored) -> None:
+        rows.append(artifacts.metrics_row(scored.result, row_identity(cfg)))
+        for p in probes:
+            p.substitute(world, scored)
 
     def on_checkpoint(budget: int) -> None:
-        for d in detectors:
-            d.mark([budget])
-        for res in (scorer.track_b(attack, state, budget), scorer.track_a(state, budget)):
-            if res is not None:
-                rows.append(artifacts.metrics_row(res, _ident(cfg)))
-        artifacts.write_metrics_csv(seed_dir / "metrics.csv", rows)
-        if scorer.transfer is not None:
-            artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, scorer.transfer_rows)
+        for p in probes:
+            p.checkpoint(world, budget, emit)
+        write_outputs(seed_dir, rows, probes, final=False)
 
     try:
-        if store is None:  # created inside the try so an interrupt right after mkdir is cleaned up too
-            store = make_store(cfg, prep, seed_dir / QUERY_CACHE_DIR)
-            if store.on_disk:  # lets a later run sweep it should this process be killed (naming.sweep_dead_caches)
-                mark_cache_owner(store.directory, "run")
-        summary["cache"] = {"used": store.on_disk, "policy": cfg.cache.policy,
-                            "location": str(store.directory) if store.on_disk else None}
-        state = EngineState(cfg.budget.max_budget, tuple(cfg.budget.checkpoints), store, prep.device)
-        t0 = time.perf_counter()
-        pool = build_pool(cfg, prep, seed)
-        attack = make_attack(cfg, prep, seed, pool, plan.attack.params)
-        timings["prepare_seed"] = time.perf_counter() - t0
-        ticker = Ticker(say, "queries", cfg.budget.max_budget, "images", interval=interval_of(say))
-        with tqdm(total=cfg.budget.max_budget, desc=f"seed {seed} queries", unit="img",
-                  disable=not progress or None, leave=False) as bar:
-            def advance(k: int) -> None:
-                bar.update(k)
-                ticker.update(k)
-
-            timings["collect"] = collect(attack, oracle, state, on_checkpoint, advance)
-        ticker.close("scoring at the checkpoints included")
-        if detectors:
-            t0 = time.perf_counter()
-            summary["defense"]["detection"] = detection_record(cfg, prep, seed, detectors[0])
-            timings["detection_benign"] = time.perf_counter() - t0
+        for p in probes:
+            p.start(world)
+        if world.store is None:  # made inside the try, so an interrupt right after its mkdir is cleaned up too
+            world.store = open_store(cfg, prep, seed_dir)
+        summary["cache"] = {"used": world.store.on_disk, "policy": cfg.cache.policy,
+                            "location": str(world.store.directory) if world.store.on_disk else None}
+        timings["prepare_seed"] = arm(world)
+        timings["collect"] = query_loop(world, on_checkpoint)
+        for p in probes:
+            p.finish(world)
         summary["status"] = "complete"
         summary["completed_at"] = utc_now()
     except BaseException as e:
@@ -449,25 +136,50 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         summary["error"] = f"{type(e).__name__}: {e}"
         raise
     finally:
-        if store is not None:
-            store.cleanup()
-        cache_dir = store.directory if store is not None else seed_dir / QUERY_CACHE_DIR
-        if store is None and cache_dir.exists():  # interrupted inside make_store, after its mkdir
-            shutil.rmtree(cache_dir, ignore_errors=True)
-        summary.setdefault("cache", {"used": None, "policy": cfg.cache.policy, "location": None})
-        summary["cache"]["deleted"] = cache_dir is None or not cache_dir.exists()
-        timings.update(scorer.timings)
+        summary["cache"] = clean_store(world.store, seed_dir, cfg.cache.policy, summary.get("cache"))
+        for p in probes:
+            timings.update(p.timings)
         timings["total"] = time.perf_counter() - t_start
-        summary.update(_summary_tail(oracle, timings, scorer, rows, attack.ctx.restarts if attack is not None else []))
-        if scorer.final_model is not None:
-            artifacts.atomic_save_torch({k: v.cpu() for k, v in scorer.final_model.state_dict().items()},
-                                        seed_dir / "final_substitute.ckpt")
-        artifacts.write_metrics_csv(seed_dir / "metrics.csv", rows)
-        if scorer.transfer is not None:
-            summary["transfer"] = scorer.transfer_rows
-            artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, scorer.transfer_rows)
+        summary.update(summary_tail(world.oracle, timings, rows))
+        for p in probes:
+            merge_section(summary, p.summary(world))
+        write_outputs(seed_dir, rows, probes, final=True)
         artifacts.atomic_write_json(seed_dir / "summary.json", summary)
     return SeedResult(seed, rows, summary, seed_dir)
+
+
+def arm(world: World) -> float:
+    """The engine state, the attacker's pool and the attack of the world's seed; seconds taken."""
+    t0 = time.perf_counter()
+    cfg, prep, plan = world.cfg, world.prep, world.plan
+    world.state = EngineState(plan.max_budget, plan.checkpoints, world.store, prep.device)
+    world.attack = make_attack(cfg, prep, plan.seed, build_pool(cfg, prep, plan.seed), plan.attack.params)
+    return time.perf_counter() - t0
+
+
+def query_loop(world: World, on_checkpoint: Callable[[int], None]) -> float:
+    """``collect`` with a progress bar and ticker; returns the seconds spent querying."""
+    budget = world.plan.max_budget
+    ticker = Ticker(world.say, "queries", budget, "images", interval=interval_of(world.say))
+    with tqdm(total=budget, desc=f"seed {world.seed} queries", unit="img",
+              disable=not world.progress or None, leave=False) as bar:
+        def advance(k: int) -> None:
+            bar.update(k)
+            ticker.update(k)
+
+        spent = collect(world.attack, world.oracle, world.state, on_checkpoint, advance)
+    ticker.close("scoring at the checkpoints included")
+    return spent
+
+
+def write_outputs(seed_dir: Path, rows: list[dict[str, Any]], probes: list[Probe], final: bool) -> None:
+    """metrics.csv (Track A/B rows, §16.2), measurements.csv (every other probe's numbers) and the probes' files."""
+    artifacts.write_metrics_csv(seed_dir / "metrics.csv", rows)
+    measured = [m for p in probes for m in p.measurements()]
+    if measured:
+        artifacts.write_csv(seed_dir / "measurements.csv", MEASUREMENT_COLUMNS, measured)
+    for p in probes:
+        p.write(seed_dir, final)
 
 
 def utc_now() -> str:
@@ -475,39 +187,12 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _summary_head(cfg: RunConfig, plan: RunPlan, prep: Prepared) -> dict[str, Any]:
-    cls = ATTACKS.get(cfg.attack.name)
-    state_dependent = plan.attack.state_dependent
-    head: dict[str, Any] = {
-        "status": "running", "seed": plan.seed, "run_name": cfg.run.name, "config_hash": cfg.config_hash(),
-        "plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": identity.code_identity(),
-        "config": cfg.to_dict(),
-        "attack": {**cls.describe(), "label": cfg.attack_label(), "output_mode": cfg.attack.output_mode,
-                   "params": cfg.to_dict()["attack"]["params"],
-                   "state_dependent_queries": state_dependent},
-        "dataset": {**prep.profile.as_metadata(), "data_mode": cfg.dataset.data_mode,
-                    "surrogate_name": cfg.dataset.surrogate_name, "seed_size": cfg.dataset.seed_size},
-        "victim": prep.victim_meta,
-        "defense": {**cfg.to_dict()["defense"], "paper": DEFENSES.get(cfg.defense.name).paper},
-        "track_a": {"batch_size": cfg.substitute.trackA.batch_size, "steps_coeff_c": cfg.substitute.trackA.steps_coeff_c,
-                    "profile_override": (prep.profile.track_a_batch_size != 128 or prep.profile.steps_coeff_c != 0.2),
-                    "init_seed": cfg.substitute.init_seed, "optimizer": cfg.to_dict()["substitute"]["optimizer"],
-                    "scheduler": "cosine over S(B)", "loss": "kl" if cfg.attack.output_mode == "soft_prob" else "ce"},
-        "versions": library_versions(), "git": git_commit(), "machine": machine_info(cfg.run.device),
-    }
-    if state_dependent:
-        head["disclaimer"] = DISCLAIMER_9
-    return head
-
-
-def _summary_tail(oracle: Oracle, timings: dict[str, float], scorer: CheckpointScorer,
-                  rows: list[dict[str, Any]], restarts: list[dict[str, Any]]) -> dict[str, Any]:
+def summary_tail(oracle: Oracle, timings: dict[str, float], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the loop itself measured: queries, timings and the metrics rows."""
     collect_s = timings.get("collect") or 0.0
     return {"queries_used": oracle.queries_used, "budget": oracle.budget,
             "timings_s": timings, "queries_per_second": (oracle.queries_used / collect_s) if collect_s else None,
-            "track_a_steps": {str(k): v for k, v in scorer.track_a_steps.items()}, "results": rows,
-            "training_health": scorer.health, "attack_restarts": list(restarts),
-            "health_flags": [f for r in scorer.health for f in r["flags"]] + [restart_flag(r) for r in restarts]}
+            "results": rows}
 
 
 def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:

@@ -67,6 +67,11 @@ class DivergenceError(MebenchError, FloatingPointError):
     """Training produced a NaN or infinite loss; the cell stops instead of reporting NaN."""
 
 
+class ConfigDeprecationWarning(DeprecationWarning):
+    """A config spelling that still works for one release, read as its replacement (the message names
+    both). The ``mebench`` command shows it; under pytest it is in the warnings summary."""
+
+
 class SlowVictimWarning(UserWarning):
     """The victim answers fewer images per second than ``victim.throughput_floor``."""
 

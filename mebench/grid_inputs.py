@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mebench.grid import Cell, Grid, GridError
+from mebench.harness.grid import Cell, Grid, GridError
 
 
 def check_inputs(grid: Grid) -> None:
@@ -54,7 +54,7 @@ def check_datasets(cells: Sequence[Cell]) -> None:
     checked: set[tuple[Optional[str], str]] = set()
     for c in cells:
         d = c.cfg.dataset
-        names = {d.name, d.surrogate_name, c.cfg.metrics.benign_dataset} - {None}
+        names = {d.name, d.surrogate_name, c.cfg.measure_params("detection").get("benign_dataset")} - {None}
         todo = sorted(n for n in names if (d.data_root, n) not in checked)
         if d.download or not todo:
             continue

@@ -3,7 +3,7 @@
 A stored seed folder is kept only when its files are whole (``summary.json`` parses and says
 ``complete``; ``metrics.csv`` has exactly the §16.2 header, whole rows and a Track A row at every
 checkpoint) and it is a result of what would run now: the same plan hash, code identity and
-torch thread count (``mebench.plan.stale_reason``). Otherwise it is run again, and the caller
+torch thread count (``mebench.config.plan.stale_reason``). Otherwise it is run again, and the caller
 prints :attr:`Verdict.reason` (one line). ``--keep-stale`` keeps a whole but stale folder
 instead, and :func:`mark_kept_stale` writes ``resume: {kept_stale: true, reason}`` into its
 ``summary.json`` so every reader can tell. Torch-free except for the atomic writer it calls.
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from mebench.plan import stale_reason
+from mebench.config.plan import stale_reason
 
 if TYPE_CHECKING:
-    from mebench.plan import RunPlan
+    from mebench.config.plan import RunPlan
 
 #: The ``summary.json`` key a ``--keep-stale`` folder carries.
 RESUME_KEY = "resume"

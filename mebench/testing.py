@@ -77,14 +77,23 @@ def register_synthetic() -> None:
 
 def synthetic_victim(path: Path, steps: int = 300, seed: int = 0, dataset: str = "SYNTH") -> Path:
     """Train and save a tiny_mlp victim on SYNTH (about 90 % test accuracy), or on ``dataset``."""
-    from mebench.models.registry import Normalized
-    from mebench.training.loop import OptimizerSpec, train_steps
     from mebench.victims.load import save_victim
 
-    register_synthetic()
     path = Path(path)
     if path.is_file():
         return path
+    (channels, *size), classes = _WORLDS[dataset]
+    save_victim(path, synthetic_victim_net(steps, seed, dataset).net, "tiny_mlp", classes, channels, tuple(size))
+    return path
+
+
+def synthetic_victim_net(steps: int = 300, seed: int = 0, dataset: str = "SYNTH") -> nn.Module:
+    """The network ``synthetic_victim`` saves, in memory: a trained tiny_mlp taking [0, 1] pixels
+    (a ``Normalized`` wrapper, the network itself at ``.net``)."""
+    from mebench.models.registry import Normalized
+    from mebench.training.loop import OptimizerSpec, train_steps
+
+    register_synthetic()
     torch.manual_seed(seed)
     (channels, *size), classes = _WORLDS[dataset]
     net = MODELS.get("tiny_mlp")(channels, classes, tuple(size))
@@ -93,8 +102,7 @@ def synthetic_victim(path: Path, steps: int = 300, seed: int = 0, dataset: str =
     train_steps(model, x.float() / 255, y, loss_fn=nn.functional.cross_entropy, steps=steps, batch_size=128,
                 optimizer=OptimizerSpec("adam", lr=3e-3, weight_decay=0.0),
                 generator=torch.Generator().manual_seed(seed))
-    save_victim(path, net, "tiny_mlp", classes, channels, tuple(size))
-    return path
+    return model.eval()
 
 
 def synthetic_config_dict(tmp_path: Path, victim_path: Optional[Path] = None) -> dict[str, Any]:
@@ -173,8 +181,18 @@ def drive_attack(attack: Any, victim_net: nn.Module, shape: tuple[int, ...], cla
     """Run ``attack`` through the engine's own query loop (``mebench.engine.collect``) against
     ``victim_net`` behind the real oracle and query store, with Track B taken at every checkpoint.
     Returns ``(oracle, state, batches, models)``: every observed batch, and Track B by checkpoint."""
-    from mebench.data.cache import QueryStore
     from mebench.engine import collect
+
+    oracle, state, batches = loop_parts(attack, victim_net, shape, classes)
+    models: dict[int, nn.Module] = {}
+    collect(attack, oracle, state, lambda b: models.__setitem__(b, attack.track_b_model(state)))
+    return oracle, state, batches, models
+
+
+def loop_parts(attack: Any, victim_net: nn.Module, shape: tuple[int, ...], classes: int) -> tuple[Any, Any, list]:
+    """A real oracle around ``victim_net`` and an engine state with an empty query store, sized for
+    ``attack``; the list it returns fills with every batch the attack observes."""
+    from mebench.data.cache import QueryStore
     from mebench.oracle import Oracle
     from mebench.state import EngineState
     from mebench.victims.wrapper import FrozenVictim
@@ -185,6 +203,86 @@ def drive_attack(attack: Any, victim_net: nn.Module, shape: tuple[int, ...], cla
     batches: list = []
     observe = attack.observe
     attack.observe = lambda b, o, s: (batches.append(b), observe(b, o, s))
-    models: dict[int, nn.Module] = {}
-    collect(attack, oracle, state, lambda b: models.__setitem__(b, attack.track_b_model(state)))
-    return oracle, state, batches, models
+    return oracle, state, batches
+
+
+# -- smoke runs of a registered attack (contract_tests/test_attack_registry.py) ---------------------
+#: The budget of a smoke run: odd remainders after every checkpoint (contract §1.1).
+SMOKE_BUDGET, SMOKE_CHECKPOINTS = 257, (100, 257)
+
+
+def smoke_params(cls: Any, dataset: str = "SYNTH") -> Any:
+    """``cls.Params`` built from the attack's declared ``smoke_params`` the way a config's
+    ``attack.params`` is (its data-set defaults under them); a missing declaration is one line."""
+    from mebench.config import build_dataclass
+
+    if cls.smoke_params is None:
+        raise AssertionError(
+            f"attack '{cls.name}' ({cls.__module__}.{cls.__qualname__}) declares no smoke_params: set the class "
+            "attribute smoke_params = {...} to attack.params that run in seconds on tiny data "
+            "(see docs/extending/attack.md)")
+    return build_dataclass(cls.Params, {**cls.dataset_defaults(dataset), **cls.smoke_params}, "attack.params")
+
+
+def smoke_modes(cls: Any) -> tuple[str, str]:
+    """The data mode and output mode of an attack's smoke run: surrogate and soft_prob where it allows them."""
+    modes = cls.data_modes
+    data_mode = "surrogate" if "surrogate" in modes else "data_free" if "data_free" in modes else sorted(modes)[0]
+    output_mode = "soft_prob" if "soft_prob" in cls.output_modes else sorted(cls.output_modes)[0]
+    return data_mode, output_mode
+
+
+def smoke_substitute() -> nn.Module:
+    """The substitute of every smoke run: a tiny convolutional net on SYNTH taking [0, 1] pixels
+    (a convolution, because some attacks read a convolutional layer, e.g. Grad-CAM)."""
+    from mebench.models.registry import Normalized
+
+    (channels, h, w), classes = _WORLDS["SYNTH"]
+    net = nn.Sequential(nn.Conv2d(channels, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * h * w, classes))
+    return Normalized(net, (0.5,) * channels, (0.25,) * channels)
+
+
+def smoke_run(name: str, victim_net: nn.Module, seed: int = 0, budget: int = SMOKE_BUDGET,
+              checkpoints: tuple[int, ...] = SMOKE_CHECKPOINTS) -> dict[str, Any]:
+    """One seed of the registered attack ``name`` at its ``smoke_params`` on SYNTH (SYNTHSUR as the
+    pool), driven by the engine's query loop against ``victim_net``; seeded as the engine seeds a run.
+
+    Returns ``x`` and ``y`` (every query and answer, in order), ``seen`` (images that reached the
+    victim), ``queries_used``, ``at_checkpoint`` (the oracle's count when each checkpoint fired) and
+    ``track_b`` (per checkpoint, the Track B model's weights, or ``None``)."""
+    from mebench.attacks import ATTACKS, AttackContext
+    from mebench.data.pools import Pool
+    from mebench.engine import collect
+    from mebench.seeding import generator, seed_everything
+
+    register_synthetic()
+    cls = ATTACKS.get(name)
+    params = smoke_params(cls)
+    cls.check_params(params, budget, checkpoints)
+    data_mode, output_mode = smoke_modes(cls)
+    profile = PROFILES.get("SYNTH")
+    pool = None
+    if data_mode != "data_free":
+        source = "SYNTHSUR" if data_mode == "surrogate" else "SYNTH"  # seed mode: victim-domain images
+        images, labels = _images(source, True)
+        pool = Pool(images, source, labels if data_mode == "surrogate" else None)
+    seed_everything(seed)
+    ctx = AttackContext(profile=profile, output_mode=output_mode, num_classes=profile.num_classes,
+                        input_shape=profile.input_shape, device=torch.device("cpu"), seed=seed,
+                        generator=generator(seed, "attack"), pool=pool, params=params, checkpoints=checkpoints,
+                        max_budget=budget, make_substitute=smoke_substitute, data_mode=data_mode, seed_size=30)
+    attack = cls(ctx)
+    spy = SpyNet(victim_net)
+    oracle, state, _ = loop_parts(attack, spy, profile.input_shape, profile.num_classes)
+    at: dict[int, int] = {}
+    track_b: dict[int, Any] = {}
+
+    def on_checkpoint(b: int) -> None:
+        at[b] = oracle.queries_used
+        model = attack.track_b_model(state)
+        track_b[b] = None if model is None else {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    collect(attack, oracle, state, on_checkpoint)
+    x, y = state.store.prefix(oracle.queries_used)
+    return {"x": x.clone(), "y": y.clone(), "seen": spy.seen, "queries_used": oracle.queries_used,
+            "at_checkpoint": at, "track_b": track_b}

@@ -174,6 +174,7 @@ class ActiveThief(Attack):
     state_dependent_queries = True
     has_track_b = True
     Params = ActiveThiefParams
+    smoke_params = {"strategy": "k_center", "rounds": 2, "max_epochs": 2, "patience": 1, "batch_size": 32}
 
     @classmethod
     def queries_depend_on_state(cls, params) -> bool:

@@ -125,6 +125,11 @@ class Attack(ABC):
     #: every attack of that data mode is reported against (gain over control, paired by seed).
     null_control_for: ClassVar[frozenset[str]] = frozenset()
     Params: ClassVar[type] = NoParams
+    #: ``attack.params`` that make one run take seconds on tiny data (1x8x8 images, 4 classes, a
+    #: budget of a few hundred, one-epoch trainings): the registry-driven contract tests
+    #: (``contract_tests/test_attack_registry.py``) run every registered attack with them, so a new
+    #: attack is tested the day it is registered. ``None`` (not declared) fails those tests.
+    smoke_params: ClassVar[Optional[Mapping[str, Any]]] = None
 
     def __init__(self, ctx: AttackContext) -> None:
         # validation refuses the mode first; this keeps an attack built by hand (a test, a
@@ -160,7 +165,7 @@ class Attack(ABC):
     def training_cost(cls, params: Any, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
         """Training outside the query loop (Track B models, round models, GAN pretraining).
 
-        Only sizes ``mebench.cost``'s estimate; the per-query cost already covers work done
+        Only sizes ``mebench.harness.cost``'s estimate; the per-query cost already covers work done
         per query (DFME's and MAZE's loops, selection). Default: none.
         """
         return TrainingCost()

@@ -33,6 +33,7 @@ class _NullControl(Attack):
     null_control_for = frozenset({"data_free"})
     has_track_b = False
     state_dependent_queries = False
+    smoke_params = {"batch_size": 64}
 
     @classmethod
     def required_pool_size(cls, params: Any, max_budget: int) -> int:

@@ -39,6 +39,7 @@ class CopycatCNN(RandomPoolWithRecipe):
     output_modes = frozenset({"hard_top1"})
     output_mode_reason = "CopycatCNN labels its images with the victim's top-1 class only"
     Params = CopycatParams
+    smoke_params = {"epochs": 1, "batch_size": 32}
 
 
 __all__ = ["CopycatCNN", "CopycatParams"]

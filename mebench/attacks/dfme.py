@@ -135,6 +135,7 @@ class DFME(Attack):
     state_dependent_queries = True
     has_track_b = True
     Params = Params
+    smoke_params = {"batch_size": 4, "grad_m": 2, "nz": 8, "generator_width": 4, "student_steps": 3}
 
     @classmethod
     def check_params(cls, params: Params, max_budget: int, checkpoints: tuple[int, ...]) -> None:

@@ -120,6 +120,9 @@ class DFMS(Attack):
     state_dependent_queries = True
     has_track_b = True
     Params = Params
+    smoke_params = {"batch_size": 8, "latent_dim": 8, "generator_width": 4, "disc_width": 4, "gan_epochs": 1,
+                    "divgan_epochs": 1, "clone_epochs": 2, "clone_batch_size": 16, "init_fraction": 0.05,
+                    "gan_pool_size": 100}
 
     @classmethod
     def check_params(cls, params: Params, max_budget: int, checkpoints: tuple[int, ...]) -> None:

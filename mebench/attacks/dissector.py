@@ -124,6 +124,7 @@ class Dissector(Attack):
     state_dependent_queries = True
     has_track_b = True
     Params = DissectorParams
+    smoke_params = {"epochs": 1, "batch_size": 32, "initial_budget": 20, "splits": [20, 40, 100], "num_erasings": 3}
 
     @classmethod
     def check_params(cls, p: DissectorParams, max_budget: int, checkpoints: tuple[int, ...]) -> None:

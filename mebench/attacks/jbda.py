@@ -105,6 +105,7 @@ class Jbda(Attack):
     state_dependent_queries = True
     has_track_b = True
     Params = JbdaParams
+    smoke_params = {"round_epochs": 1, "final_epochs": 1, "batch_size": 32}
 
     @classmethod
     def check_params(cls, params: JbdaParams, max_budget: int, checkpoints: tuple[int, ...]) -> None:

@@ -199,6 +199,7 @@ class KnockoffNets(RandomPoolWithRecipe):
     paper = "Orekondy, Schiele, Fritz, Knockoff Nets: Stealing Functionality of Black-Box Models, CVPR 2019"
     data_modes = frozenset({"seed", "surrogate"})
     Params = KnockoffParams
+    smoke_params = {"epochs": 1, "batch_size": 32}
 
     @classmethod
     def queries_depend_on_state(cls, params) -> bool:

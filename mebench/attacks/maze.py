@@ -190,6 +190,8 @@ class MAZE(Attack):
     state_dependent_queries = True
     has_track_b = True
     Params = Params
+    smoke_params = {"batch_size": 4, "ndirs": 2, "latent_dim": 8, "generator_width": 4, "iter_clone": 3, "iter_exp": 2,
+                    "clone_arch": "tiny_mlp"}
 
     @classmethod
     def check_params(cls, params: Params, max_budget: int, checkpoints: tuple[int, ...]) -> None:

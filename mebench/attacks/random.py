@@ -45,6 +45,7 @@ class RandomAttack(Attack):
     paper = "baseline (contract §6)"
     data_modes = frozenset({"seed", "surrogate"})
     null_control_for = frozenset({"seed", "surrogate"})
+    smoke_params = {"batch_size": 64}
 
     @dataclass(frozen=True)
     class Params:

@@ -25,12 +25,15 @@ Recipes (``defense.params.recipe``; any single parameter may still be set on top
 - ``mebench_v1``: mebench's recipe before issue 42: in-distribution batches only, 2 epochs,
   lr 0.01 on a cosine schedule, ν = 1000, τ = 0.9 (the defense grids ran it with τ = 0.7).
 
-Deviations that remain (measured in the docs page): the outlier source defaults to
-``synthetic_blobs`` (``mebench.defenses.outliers``) because the reference's KMNIST is absent here;
-OE labels are the *fixed* victim's top class, where the reference trains victim and
+Deviations that remain (docs page, "Deviations from the reference that remain", with their measured
+effect): the outlier source defaults to ``synthetic_blobs`` (``mebench.defenses.outliers``; a second
+source, ``synthetic_strokes``, measures the sensitivity) because the reference's KMNIST is absent
+here; OE labels are the *fixed* victim's top class, where the reference trains victim and
 misinformation model together and labels OE images by the victim's current state
-(admis/utils/model.py:127); and the detector is the plain victim's maximum softmax probability,
-where the reference's victim is trained with Outlier Exposure (λ = 1, README.md:18).
+(admis/utils/model.py:127; not measured); and the detector is the maximum softmax probability of
+whatever victim the cell names: the reference's victim is trained with Outlier Exposure (λ = 1,
+admis/utils/model.py:121, 146; README.md:18), which mebench's ``*_oe`` victim recipes reproduce
+(``mebench.victims.outlier_exposure``), while its standard victims are plain.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ defense grids use each as the other's attacker pool, so neither may be the outli
 defender that trained on the attacker's own pool would be told the answer. The default source is
 therefore synthetic: ``synthetic_blobs``, thresholded smoothed noise in the spirit of the "Blobs"
 anomalies of Hendrycks, Mazeika, Dietterich (ICLR 2019, Outlier Exposure), generated
-deterministically from a fixed seed at the victim's input shape. A registered dataset with the
+deterministically from a fixed seed at the victim's input shape; ``synthetic_strokes`` (pen strokes,
+nearer to handwritten characters) is a second source, to measure how much the choice matters, and
+the outlier set of the ``*_oe`` victim recipes (``mebench.victims.outlier_exposure``). A registered dataset with the
 victim's shape (KMNIST, the reference's choice, where the data root has it) may be named instead;
 ``check_outlier_source`` refuses one that is the victim's dataset or the cell's attacker pool.
 """
@@ -23,7 +25,7 @@ import torch.nn.functional as F
 from mebench.errors import ConfigError
 
 NO_OUTLIERS = "none"
-SYNTHETIC_SOURCES = ("synthetic_blobs",)
+SYNTHETIC_SOURCES = ("synthetic_blobs", "synthetic_strokes")
 OUTLIER_SEED = 20192
 """Seed of the synthetic outliers: fixed, like the defender's own seed, so every cell meets the same defense."""
 
@@ -90,6 +92,35 @@ def synthetic_blobs(n: int, shape: tuple[int, int, int], seed: int = OUTLIER_SEE
     return out
 
 
+def synthetic_strokes(n: int, shape: tuple[int, int, int], seed: int = OUTLIER_SEED, chunk: int = 2048,
+                      max_strokes: int = 5) -> torch.Tensor:
+    """``n`` uint8 images of shape ``shape``: 2 to ``max_strokes`` straight pen strokes, white on black.
+
+    A second synthetic source, nearer to handwritten characters (the reference's KMNIST) than
+    blobs are: each stroke joins two uniform points of the central 70 % of the image, drawn
+    anti-aliased with a pen 1-2 px wide at 28 x 28 (scaled with the side). Depends on ``seed`` only.
+    """
+    c, h, w = shape
+    g = torch.Generator().manual_seed(seed)
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij")
+    pix = torch.stack([ys.flatten(), xs.flatten()], dim=1)  # (H*W, 2)
+    side = torch.tensor([h - 1, w - 1], dtype=torch.float32)
+    out = torch.empty((n, c, h, w), dtype=torch.uint8)
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        a = (0.15 + 0.7 * torch.rand((m, max_strokes, 1, 2), generator=g)) * side
+        b = (0.15 + 0.7 * torch.rand((m, max_strokes, 1, 2), generator=g)) * side
+        pen = (0.5 + 0.5 * torch.rand((m, 1, 1), generator=g)) * max(h, w) / 28.0
+        used = torch.arange(max_strokes)[None, :] < torch.randint(2, max_strokes + 1, (m, 1), generator=g)
+        ab = b - a
+        t = (((pix - a) * ab).sum(-1) / (ab * ab).sum(-1).clamp_min(1e-6)).clamp(0, 1)  # (m, k, H*W)
+        dist = (pix - (a + t[..., None] * ab)).norm(dim=-1)
+        ink = (pen + 0.5 - dist).clamp(0, 1) * used[..., None]
+        img = (ink.amax(dim=1) * 255).round().to(torch.uint8).view(m, 1, h, w)
+        out[start:start + m] = img.expand(m, c, h, w)
+    return out
+
+
 def outlier_images(source: str, n: int, shape: tuple[int, int, int],
                    load_split: Optional[SplitLoader] = None) -> Optional[torch.Tensor]:
     """The outlier set of ``source`` (uint8): ``None`` for ``none``, ``n`` synthetic images, or a
@@ -98,6 +129,8 @@ def outlier_images(source: str, n: int, shape: tuple[int, int, int],
         return None
     if source == "synthetic_blobs":
         return synthetic_blobs(n, shape)
+    if source == "synthetic_strokes":
+        return synthetic_strokes(n, shape)
     if load_split is None:
         raise ConfigError("defense.params.outlier_source", source,
                           "a dataset outlier source needs the defense context's load_split (engine.defense_context)")

@@ -165,7 +165,7 @@ class RayLoop:
         self.say = (lambda line: tr.write_line(f"mebench --ray: {line}")) if tr is not None else (lambda line: None)
 
     def run(self) -> None:
-        from mebench.session import _cell_of
+        from mebench.harness.session import _cell_of
 
         remote: list[pytest.Item] = []
         local: list[pytest.Item] = []
@@ -203,7 +203,7 @@ class RayLoop:
         """Submit every cell, report each as it ends; returns how many tasks died."""
         import ray
 
-        from mebench.session import _cell_of
+        from mebench.harness.session import _cell_of
 
         resources = ray.cluster_resources()
         threads = self.bench.options.threads or 1
@@ -288,7 +288,7 @@ class RayLoop:
         """Victim files under the project folder, put once into Ray's object store."""
         import ray
 
-        from mebench.session import _cell_of
+        from mebench.harness.session import _cell_of
 
         checkpoints = {Path(str(ref)) for ref in (getattr(_cell_of(it).cfg.victim, "checkpoint_ref", None) for it in items)
                        if ref}
@@ -304,8 +304,8 @@ class RayLoop:
 
     def _report(self, item: pytest.Item, outcome: dict[str, Any], start: float) -> None:
         """Write the cell's files here and send its setup/call/teardown reports through pytest's hooks."""
-        from mebench.cells import RECORD_KEY
-        from mebench.session import _cell_of
+        from mebench.harness.cells import RECORD_KEY
+        from mebench.harness.session import _cell_of
 
         cell = _cell_of(item)
         hook = item.ihook

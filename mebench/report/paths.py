@@ -54,7 +54,7 @@ GRID_PATH_KEYS = ("artifacts_dir",)
 def portable_grid_report(report: Mapping[str, Any], json_path: str | Path) -> dict[str, Any]:
     """A grid ``report.json`` document with every stored path relative to ``json_path``'s folder.
 
-    For the grid's writer (``mebench.session.BenchSession.finish``): ``files`` values, and each
+    For the grid's writer (``mebench.harness.session.BenchSession.finish``): ``files`` values, and each
     cell's ``artifacts_dir`` and ``artifacts`` values. Other fields are copied unchanged.
     """
     base = Path(json_path).resolve().parent

@@ -1,6 +1,7 @@
 """Any model as a victim: mebench checkpoints, TorchScript, ONNX and Python callables (contract §4).
 
-``victim.format`` says how ``victim.checkpoint_ref`` is read:
+``victim.format`` names an entry of ``FORMATS`` (``mebench.victims.registry``, where a third-party
+format registers too), which says how ``victim.checkpoint_ref`` is read; the built-ins:
 
 - ``mebench``: a mebench victim checkpoint (``mebench.victims.load``), the only format that
   carries an architecture;
@@ -38,10 +39,8 @@ from torch import nn
 from mebench.errors import ConfigError, VictimLoadError
 from mebench.extras import missing_message
 from mebench.models.registry import Normalized
+from mebench.victims.registry import FORMATS, LAYOUTS, OUTPUTS
 
-FORMATS = ("mebench", "torchscript", "onnx", "callable")
-OUTPUTS = ("logits", "probs")
-LAYOUTS = ("nchw", "nhwc")
 PROBE_BATCH = 8
 PROB_TOLERANCE = 1e-3
 
@@ -122,20 +121,19 @@ def import_callable(ref: str) -> tuple[Callable[[], Any], str]:
     return fn, version
 
 
-def _raw_model(v: Any) -> tuple[nn.Module, dict[str, Any]]:
-    """The model as the format gives it (no normalization, outputs as declared) and its metadata."""
-    ref = v.checkpoint_ref
-    if v.format == "torchscript":
-        try:
-            with warnings.catch_warnings():  # torch marks TorchScript deprecated; it still loads
-                warnings.simplefilter("ignore", FutureWarning)
-                net = torch.jit.load(ref, map_location="cpu")
-        except Exception as e:
-            raise VictimLoadError(ref, f"is not a TorchScript file torch.jit.load can read ({type(e).__name__})") from None
-        return net, {"checkpoint_sha256": sha256_of(ref)}
-    if v.format == "onnx":
-        net = OnnxVictim(ref)
-        return net, {"checkpoint_sha256": sha256_of(ref)}
+def load_torchscript(ref: str) -> nn.Module:
+    """A TorchScript file as a module (``torchscript`` format)."""
+    try:
+        with warnings.catch_warnings():  # torch marks TorchScript deprecated; it still loads
+            warnings.simplefilter("ignore", FutureWarning)
+            return torch.jit.load(ref, map_location="cpu")
+    except Exception as e:
+        raise VictimLoadError(ref, f"is not a TorchScript file torch.jit.load can read ({type(e).__name__})") from None
+
+
+def load_callable(ref: str, layout: str) -> tuple[nn.Module, dict[str, Any]]:
+    """What ``package.module:function`` returns, as a module, with its name and package version
+    (``callable`` format)."""
     fn, version = import_callable(ref)
     try:
         made = fn()
@@ -144,7 +142,7 @@ def _raw_model(v: Any) -> tuple[nn.Module, dict[str, Any]]:
     if isinstance(made, nn.Module):
         net = made
     elif callable(made):
-        net = FunctionVictim(made, v.layout)
+        net = FunctionVictim(made, layout)
     else:
         raise VictimLoadError(ref, f"returned {type(made).__name__}, not an nn.Module or a function")
     return net, {"callable": ref, "package_version": version}
@@ -158,13 +156,12 @@ def sha256_of(path: str) -> str:
 
 def build_victim(v: Any, num_classes: int) -> tuple[nn.Module, dict[str, Any]]:
     """The victim as a module taking [0, 1] pixels and returning logits, with its §4 metadata."""
-    from mebench.victims.load import load_victim_module
-
-    if v.format == "mebench":
-        model, meta = load_victim_module(v, num_classes)
-        meta.update({"format": "mebench", "input_layout": "nchw"})
+    fmt = FORMATS.get(v.format)
+    if fmt.whole_victim:  # normalization, logits and metadata come with the file
+        model, meta = fmt.load(v, num_classes)
+        meta.update({"format": v.format, "input_layout": "nchw"})
         return model, meta
-    net, meta = _raw_model(v)
+    net, meta = fmt.load(v, num_classes)
     model = net if v.normalizes else Normalized(net, v.normalization.mean, v.normalization.std)
     probe(model, v, num_classes)
     if v.outputs == "probs":
@@ -226,14 +223,14 @@ def _checked(v: Any, num_classes: int, stamp: tuple) -> None:
 
 
 def check_victim(v: Any, num_classes: int) -> None:
-    """Raise what ``build_victim`` would raise, before any work (remembered per file version)."""
-    from mebench.victims.load import check_victim_checkpoint
+    """Raise what ``build_victim`` would raise, before any work (the format's ``check`` hook)."""
+    FORMATS.get(v.format).check(v, num_classes)
 
-    if v.format == "mebench":
-        check_victim_checkpoint(v, num_classes)
-        return
+
+def check_by_building(v: Any, num_classes: int) -> None:
+    """Build and probe the victim once per file version (``VictimFormat.check``'s default)."""
     stamp: tuple = ()
-    if v.format != "callable":
+    if FORMATS.get(v.format).reads_file:
         st = Path(v.checkpoint_ref).stat()
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
     _checked(v, num_classes, stamp)
@@ -270,13 +267,13 @@ def throughput_warning(images_per_s: float, floor: float, budget: int) -> Option
             f"{seconds / 60:,.1f} min per seed")
 
 
-def export_victim(checkpoint: Path, fmt: str, out: Path) -> Path:
-    """Write a mebench victim checkpoint's network as TorchScript or ONNX at ``out``.
+def checkpoint_network(checkpoint: Path | str) -> nn.Module:
+    """A mebench victim checkpoint's unnormalized network in eval mode (normalized input, logits out):
+    what ``export_victim`` writes, and what the callable format's smoke victim returns."""
+    return _checkpoint_network(checkpoint)[0]
 
-    The exported model is the checkpoint's unnormalized network (it takes normalized input and
-    returns logits), so a config that names it keeps the checkpoint's ``victim.normalization``
-    and ``normalizes: false`` and gets the same answers.
-    """
+
+def _checkpoint_network(checkpoint: Path | str) -> tuple[nn.Module, tuple[int, ...]]:
     from types import SimpleNamespace
 
     from mebench.victims.load import read_checkpoint, victim_network
@@ -287,8 +284,18 @@ def export_victim(checkpoint: Path, fmt: str, out: Path) -> Path:
     v = SimpleNamespace(checkpoint_ref=str(checkpoint), arch=None, channels=int(obj["channels"]),
                         input_size=tuple(obj["input_size"]))
     net, _ = victim_network(v, int(obj["num_classes"]))
-    net.eval()
-    x = torch.rand((2, v.channels, *v.input_size), generator=torch.Generator().manual_seed(0))
+    return net.eval(), (v.channels, *v.input_size)
+
+
+def export_victim(checkpoint: Path, fmt: str, out: Path) -> Path:
+    """Write a mebench victim checkpoint's network as TorchScript or ONNX at ``out``.
+
+    The exported model is the checkpoint's unnormalized network (it takes normalized input and
+    returns logits), so a config that names it keeps the checkpoint's ``victim.normalization``
+    and ``normalizes: false`` and gets the same answers.
+    """
+    net, shape = _checkpoint_network(checkpoint)
+    x = torch.rand((2, *shape), generator=torch.Generator().manual_seed(0))
     if fmt not in ("torchscript", "onnx"):
         raise ConfigError("--format", fmt, "must be torchscript or onnx")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -304,4 +311,5 @@ def export_victim(checkpoint: Path, fmt: str, out: Path) -> Path:
 
 
 __all__ = ["FORMATS", "OUTPUTS", "LAYOUTS", "build_victim", "check_victim", "probe", "measure_throughput",
-           "throughput_warning", "export_victim", "import_callable", "FunctionVictim", "OnnxVictim"]
+           "throughput_warning", "export_victim", "import_callable", "FunctionVictim", "OnnxVictim", "load_torchscript",
+           "load_callable", "check_by_building", "checkpoint_network"]

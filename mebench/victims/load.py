@@ -280,4 +280,6 @@ def victim_metadata(victim_cfg: Any, arch: str, path: Path) -> dict[str, Any]:
         "test_accuracy": extra.get("test_accuracy"),
         "recipe": extra.get("recipe"),
         "zoo": getattr(victim_cfg, "zoo", None),
+        # the outlier set of an Outlier-Exposure victim (mebench.victims.outlier_exposure); None for a plain one
+        "outlier_exposure": extra.get("outlier_exposure"),
     }

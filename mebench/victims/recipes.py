@@ -23,14 +23,16 @@ from mebench.config import build_dataclass, read_yaml_file
 from mebench.data.augment import crop_flip
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.profiles import PROFILES, get_profile
+from mebench.defenses.outliers import NO_OUTLIERS, check_outlier_source, outlier_images
 from mebench.errors import ConfigError
 from mebench.inference import eval_logits
 from mebench.models.registry import MODELS, Normalized
 from mebench.registry import unknown_name_message
 from mebench.runinfo import machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
-from mebench.validation import check_device
+from mebench.config.validation import check_device
 from mebench.victims.load import save_victim
+from mebench.victims.outlier_exposure import oe_record, train_steps_oe
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class VictimRecipe:
     min_test_accuracy: float = 0.0
     device: str = "cpu"
     zoo: Optional[str] = None   # the victim zoo this recipe belongs to (a grid's `victims: [{zoo: NAME}]`)
+    outlier_source: str = "none"  # Outlier Exposure set (mebench.victims.outlier_exposure); none: a plain victim
+    oe_lambda: float = 1.0        # weight of the uniform-target loss on outliers (the AM reference's λ = 1)
 
 
 AUGMENTS = ("none", "crop_flip")
@@ -69,6 +73,14 @@ def load_recipe(path: str | Path) -> VictimRecipe:
                        ("optimizer.lr", recipe.optimizer.lr)):
         if not value > 0:
             raise ConfigError(key, value, "must be > 0")
+    prof = PROFILES.get(recipe.dataset)
+    check_outlier_source(recipe.outlier_source, "outlier_source", recipe.dataset, None,
+                         (prof.channels, *prof.input_size))
+    if not recipe.oe_lambda >= 0:
+        raise ConfigError("oe_lambda", recipe.oe_lambda, "must be >= 0")
+    if recipe.outlier_source != NO_OUTLIERS and recipe.augment != "none":
+        raise ConfigError("augment", recipe.augment, "must be none when outlier_source is set "
+                                                     "(the outlier-exposure loop does not augment)")
     return recipe
 
 
@@ -108,16 +120,27 @@ def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = Non
     steps = math.ceil(recipe.epochs * x.shape[0] / recipe.batch_size)
     from tqdm.auto import tqdm
 
+    g = torch.Generator().manual_seed(recipe.seed)
+    x_oe = outlier_images(recipe.outlier_source, int(x.shape[0]), (prof.channels, *prof.input_size),
+                          lambda name, train: load_split(name, root, train=train, download=download,
+                                                         command="victim train"))
     with tqdm(total=steps, desc=f"victim {recipe.name}", unit="step", disable=not progress or None) as bar:
-        train_steps(model, xf, y.to(device), loss_fn=F.cross_entropy, steps=steps, batch_size=recipe.batch_size,
-                    optimizer=recipe.optimizer, generator=torch.Generator().manual_seed(recipe.seed),
-                    transform=crop_flip if recipe.augment == "crop_flip" else None,
-                    on_step=lambda _: bar.update())
+        if x_oe is not None:
+            train_steps_oe(model, xf, y.to(device), x_oe.to(device), steps=steps, batch_size=recipe.batch_size,
+                           optimizer=recipe.optimizer, generator=g, oe_lambda=recipe.oe_lambda,
+                           on_step=lambda _: bar.update())
+        else:
+            train_steps(model, xf, y.to(device), loss_fn=F.cross_entropy, steps=steps, batch_size=recipe.batch_size,
+                        optimizer=recipe.optimizer, generator=g,
+                        transform=crop_flip if recipe.augment == "crop_flip" else None,
+                        on_step=lambda _: bar.update())
     acc = _accuracy(model, tx, ty)
     sha = save_victim(out, net, recipe.arch, prof.num_classes, prof.channels, prof.input_size)
     meta = {"victim_id": recipe.name, "arch": recipe.arch, "dataset": prof.name, "test_accuracy": acc,
             "checkpoint": str(out), "sha256": sha, "recipe": asdict(recipe), "train_steps": steps,
             "train_seconds": time.perf_counter() - t0, "machine": machine_info(str(device))}
+    if recipe.outlier_source != NO_OUTLIERS:
+        meta["outlier_exposure"] = oe_record(recipe.outlier_source, recipe.oe_lambda, x_oe)
     atomic_write_json(out.with_suffix(".json"), meta)
     return meta
 

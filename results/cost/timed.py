@@ -36,9 +36,9 @@ def load() -> float:
 def run_estimate(args: list[str], load: "float | None" = None) -> "object":
     """The estimate of a ``mebench run CONFIG`` command line (its --seeds/--budgets/--threads)."""
     from mebench.config import apply_overrides
-    from mebench.cost import estimate
+    from mebench.harness.cost import estimate
     from mebench.threads import default_threads
-    from mebench.validation import load_config
+    from mebench.config.validation import load_config
 
     opts = dict(zip(args[3::2], args[4::2])) if len(args) > 3 else {}
     ints = lambda s: [int(x) for x in s.split(",")] if s else None  # noqa: E731
@@ -51,9 +51,9 @@ def grid_estimate(args: list[str]) -> "object":
     """The estimate the grid prints, for the cells ``pytest ARGS`` selects (collected here)."""
     import pytest
 
-    from mebench.cost import estimate
-    from mebench.plugin import bench_session
-    from mebench.session import _cell_of
+    from mebench.harness.cost import estimate
+    from mebench.harness.plugin import bench_session
+    from mebench.harness.session import _cell_of
 
     seen: dict = {}
 

@@ -25,7 +25,7 @@ from mebench.data.cache import QueryStore
 from mebench.defenses import build_answers
 from mebench.defenses.detection import benign_streams, feed
 from mebench.defenses.prada import LEGACY, Prada
-from mebench.grid import load_grid
+from mebench.harness.grid import load_grid
 from mebench.oracle import AnswerPipeline, Oracle
 from mebench.seeding import seed_everything
 from mebench.state import EngineState
@@ -62,12 +62,14 @@ def attack_streams(cell, prep) -> dict[str, dict]:
 def benign(cell, prep) -> list[dict]:
     """Every variant's record of the cell's benign streams."""
     cfg, budget = cell.cfg, cell.cfg.budget.max_budget
+    detection = cfg.measure_params("detection")
+    streams, benign_dataset = detection.get("benign_streams", 4), detection.get("benign_dataset")
     sources = [(f"{prep.profile.name}-test", prep.split(prep.profile.name, False)[0])]
-    if cfg.metrics.benign_dataset:
-        sources.append((f"{cfg.metrics.benign_dataset}-test", prep.split(cfg.metrics.benign_dataset, False)[0]))
+    if benign_dataset:
+        sources.append((f"{benign_dataset}-test", prep.split(benign_dataset, False)[0]))
     answers = build_answers(prep.victim, cfg.victim.temperature)
     out = []
-    for source, k, images in benign_streams(sources, budget, cfg.metrics.benign_streams, cell.seed):
+    for source, k, images in benign_streams(sources, budget, streams, cell.seed):
         dets = _detectors()
         for d in dets.values():
             feed(d, images, answers.probs, [budget], prep.device)

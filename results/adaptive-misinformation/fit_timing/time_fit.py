@@ -4,7 +4,7 @@ import sys, time, json
 from pathlib import Path
 import torch
 torch.set_num_threads(1)
-from mebench.grid import load_grid
+from mebench.harness.grid import load_grid
 from mebench import engine
 from mebench.defenses import DEFENSES, make_defense
 from mebench.defenses.misinformation import AdaptiveMisinformation

@@ -1,0 +1,125 @@
+"""The package's layers (issue 35): the report reads only records and the config layer only
+configs (neither imports torch) and no module
+imports another that imports it back (0 import circles)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mebench"
+
+
+def module_names(folder: Path, prefix: str) -> list[str]:
+    """Dotted names of every module under ``folder`` (``prefix`` is the folder's package)."""
+    names = []
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(folder).with_suffix("").parts
+        names.append(".".join((prefix, *parts[:-1])) if parts[-1] == "__init__" else ".".join((prefix, *parts)))
+    return names
+
+
+def torch_modules_after_importing(names: list[str]) -> list[str]:
+    """The torch modules a fresh interpreter holds after importing ``names`` (at most 5)."""
+    code = ("import importlib, json, sys\n"
+            f"for name in {names!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))[:5]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+# issue 35: a report is read on machines without torch; importing any report module loads none.
+def test_no_report_module_imports_torch():
+    names = module_names(PACKAGE / "report", "mebench.report")
+    assert len(names) > 5 and torch_modules_after_importing(names) == []
+
+
+# issue 35: the config layer (builder, schema, validation, plan) answers a config mistake before
+# any heavy import, so none of its modules loads torch.
+def test_no_config_module_imports_torch():
+    names = module_names(PACKAGE / "config", "mebench.config")
+    assert {"mebench.config.plan", "mebench.config.validation", "mebench.config.builder"} <= set(names)
+    assert torch_modules_after_importing(names) == []
+
+
+def imports_of(path: Path, name: str) -> set[str]:
+    """The ``mebench`` modules ``path`` imports at module level (function-level imports are deferred on purpose)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in tree.body:  # module level only, including ``if TYPE_CHECKING`` blocks' absence
+        nodes = [node]
+        if isinstance(node, ast.Try):
+            nodes = node.body
+        for n in nodes:
+            if isinstance(n, ast.Import):
+                found |= {a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom):
+                base = n.module or ""
+                if n.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - n.level + 1] + ([base] if base else []))
+                found.add(base)
+                found |= {f"{base}.{a.name}" for a in n.names}
+    return {f for f in found if f == "mebench" or f.startswith("mebench.")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports at load time (names that are not modules are dropped)."""
+    names = module_names(PACKAGE, "mebench")
+    files = {n: PACKAGE.joinpath(*n.split(".")[1:]) for n in names}
+    graph = {}
+    for name in names:
+        path = files[name].with_suffix(".py") if files[name].with_suffix(".py").is_file() else files[name] / "__init__.py"
+        graph[name] = {m for m in imports_of(path, name) if m in files and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# issue 35: 0 import circles among mebench's modules (module-level imports; a package's
+# ``__init__`` importing its own submodules is how registries fill, not a circle, and is skipped).
+def test_no_import_circles_among_mebench_modules():
+    graph = import_graph()
+    for name, deps in graph.items():  # a package importing its submodules, or a submodule its package
+        graph[name] = {d for d in deps if not d.startswith(name + ".") and not name.startswith(d + ".")}
+    assert len(graph) > 50
+    assert cycles(graph) == []

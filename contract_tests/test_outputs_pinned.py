@@ -1,0 +1,95 @@
+"""Every measurement a seed-run writes stays the same when the engine is reshaped (issue 35).
+
+``test_run_plan.py`` pins ``metrics.csv``; this module pins what the other measurements write:
+``transfer.csv`` bytes and, from ``summary.json``, the training-health records, the defense's
+utility cost and fitted description, the detector's records on the attack's and the benign
+streams, the per-checkpoint Track A steps and the result rows. Two tiny SYNTH runs at one torch
+thread cover them: Knockoff (Track A and B) behind PRADA with FGSM/PGD transfer, and Random
+behind Gaussian noise. The expected values live in ``data/pinned_outputs.json``, written by the
+code before measurements became probes; regenerate it only for a deliberate change in numbers:
+``MEBENCH_PIN_WRITE=1 pytest contract_tests/test_outputs_pinned.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from mebench.testing import deep_update, synthetic_config_dict, synthetic_victim
+
+PINNED_FILE = Path(__file__).parent / "data" / "pinned_outputs.json"
+BUDGET = {"max_budget": 200, "checkpoints": [67, 200]}
+CASES: dict[str, dict] = {
+    "knockoff_prada_transfer": {
+        "attack": {"name": "knockoff", "params": {"epochs": 2, "lr_step": 1}},
+        "defense": {"name": "prada", "params": {}},
+        "measure": {"transfer": {"methods": ["fgsm", "pgd"], "images": 24}, "detection": {"benign_streams": 2}}},
+    "random_noise": {
+        "attack": {"name": "random", "params": {"batch_size": 64}},
+        "defense": {"name": "gaussian_noise", "params": {"sigma": 0.05}}},
+}
+#: summary.json sections each measurement owns (timings, paths and machine facts vary by design).
+SECTIONS = ("results", "track_a_steps", "training_health", "health_flags", "attack_restarts", "queries_used",
+            "transfer", "status")
+DEFENSE_SECTIONS = ("utility", "fitted", "detection")
+TIMED = re.compile(r"seconds|wall_clock|_s$")
+
+
+@pytest.fixture(scope="module")
+def pinned_victim(tmp_path_factory, one_thread) -> Path:
+    """The SYNTH victim trained at one thread (``one_thread`` is the conftest's module fixture)."""
+    return synthetic_victim(tmp_path_factory.mktemp("pinned") / "synth_victim.pt")
+
+
+def measured(tmp_path: Path, victim: Path, case: str) -> dict:
+    """Run one case (seed 0, one thread) and return what its measurements wrote."""
+    from mebench import engine
+    from mebench.config import parse_config
+
+    raw = deep_update(synthetic_config_dict(tmp_path, victim), {"budget": BUDGET, **CASES[case]})
+    result = engine.run(parse_config(raw), progress=False)
+    seed_dir = result.directory / "seed_0"
+    summary = json.loads((seed_dir / "summary.json").read_text())
+    out = {k: summary.get(k) for k in SECTIONS}
+    out["defense"] = {k: summary["defense"].get(k) for k in DEFENSE_SECTIONS}
+    out["files"] = {name: hashlib.sha256(untimed_csv(seed_dir / name)).hexdigest()
+                    for name in ("metrics.csv", "transfer.csv") if (seed_dir / name).exists()}
+    return untimed(json.loads(json.dumps(out)))
+
+
+def untimed(value: object) -> object:
+    """``value`` without the keys that hold measured durations (they differ run to run by design)."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items() if not TIMED.search(k)}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return value
+
+
+def untimed_csv(path: Path) -> bytes:
+    """The file's bytes with every duration column removed (``transfer.csv``'s ``seconds``)."""
+    lines = path.read_bytes().decode().splitlines(keepends=True)
+    header = lines[0].rstrip("\r\n").split(",")
+    keep = [i for i, name in enumerate(header) if not TIMED.search(name)]
+    return "".join(",".join(line.rstrip("\r\n").split(",")[i] for i in keep) + "\n" for line in lines).encode()
+
+
+# contract §16.2, §16.3 / issue 35: reshaping the engine into probes changes no measured value.
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_measurement_outputs_are_unchanged(case, tmp_path, pinned_victim):
+    if not torch.__version__.startswith("2."):
+        pytest.skip(f"values pinned for torch 2.x, this is {torch.__version__}")
+    got = measured(tmp_path, pinned_victim, case)
+    if os.environ.get("MEBENCH_PIN_WRITE"):
+        pinned = json.loads(PINNED_FILE.read_text()) if PINNED_FILE.exists() else {}
+        pinned[case] = got
+        PINNED_FILE.write_text(json.dumps(pinned, indent=1, sort_keys=True) + "\n")
+    expected = json.loads(PINNED_FILE.read_text())[case]
+    for key in expected:
+        assert got[key] == expected[key], key

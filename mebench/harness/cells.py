@@ -1,0 +1,179 @@
+"""What one benchmark cell produces: the audited query store and the cell's record.
+
+:class:`PrefixAudit` wraps the engine's query store so that a cell can prove
+the D_B rule (§7) after the run; :class:`CellRecorder` turns the run into a
+JSON record, writes it to ``<cells dir>/<cell id>/result.json`` (atomically)
+and attaches it to the test report, which carries it to the xdist controller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+
+import pytest
+
+from mebench.harness.grid import Cell
+from mebench.serial import jsonable
+
+if TYPE_CHECKING:
+    from mebench.config import RunConfig
+    from mebench.engine import SeedResult
+    from mebench.progress import Say
+
+RECORD_KEY = "mebench_cell"
+CELL_ID_KEY = "mebench_cell_id"
+#: user property of a cell that ``--resume`` runs again: the one-line reason (copied into its record)
+RERUN_KEY = "mebench_rerun_reason"
+
+_MOD = (1 << 61) - 1
+
+
+def fingerprint(t: Any, chunk: int = 1 << 16) -> int:
+    """Exact, order-sensitive fingerprint of a tensor: bit patterns weighted by row and column.
+
+    Integer arithmetic (wrapping int64, then modulo a prime) makes it independent of
+    summation order, so two reads of the same rows always agree bit for bit.
+    """
+    import torch
+
+    flat = t.detach().reshape(t.shape[0], -1)
+    if flat.dtype.is_floating_point:
+        flat = flat.to(torch.float32).view(torch.int32)
+    cols = torch.arange(1, flat.shape[1] + 1, dtype=torch.int64, device=flat.device)
+    total = 0
+    for a in range(0, int(flat.shape[0]), chunk):
+        rows = (flat[a:a + chunk].to(torch.int64) * cols).sum(dim=1)
+        weights = torch.arange(a + 1, a + 1 + rows.shape[0], dtype=torch.int64, device=rows.device)
+        total = (total + int((rows * weights).sum())) % _MOD
+    return total
+
+
+class PrefixAudit:
+    """The engine's query store plus a check that every D_B is a prefix of the query log (§7).
+
+    Each ``prefix(n)`` read (Track A's D_B, an attack's labelled set) is
+    fingerprinted. When the engine cleans the store up, the same prefixes are
+    fingerprinted again from the final log before the cache is deleted: equal
+    fingerprints mean D_B was exactly the first B queries and later queries did
+    not change it. Findings go to ``problems``; nothing is raised inside the
+    engine's ``finally``.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.reads: dict[int, tuple[int, int]] = {}
+        self.final_size: Optional[int] = None
+        self.problems: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["store"], name)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def prefix(self, n: int, device: Any = "cpu") -> tuple[Any, Any]:
+        x, y = self.store.prefix(n, device)
+        if int(x.shape[0]) != n or int(y.shape[0]) != n:
+            self.problems.append(f"§7: prefix({n}) returned {int(x.shape[0])} images and {int(y.shape[0])} outputs")
+        seen = (fingerprint(x), fingerprint(y))
+        if self.reads.setdefault(n, seen) != seen:
+            self.problems.append(f"§7: two reads of D_{n} differ")
+        return x, y
+
+    def cleanup(self) -> None:
+        if self.final_size is None:
+            self.final_size = len(self.store)
+            try:
+                self._audit()
+            except Exception as e:  # an unreadable log is a finding, not a crash in the engine's finally
+                self.problems.append(f"§7: could not re-read the query log: {type(e).__name__}: {e}")
+        self.store.cleanup()
+
+    def _audit(self) -> None:
+        if not self.reads:
+            return
+        x, y = self.store.prefix(max(self.reads), "cpu")
+        for n, seen in sorted(self.reads.items()):
+            if (fingerprint(x[:n]), fingerprint(y[:n])) != seen:
+                self.problems.append(f"§7: D_{n} as trained on is not the first {n} queries of the final log")
+
+
+class CellRecorder:
+    """A cell's record: written to ``result.json`` where the cell ran and sent to the controller.
+
+    It needs only the cell, its run config and device, the cell's folder, the
+    process's worker id, the test item (whose report carries the record to the
+    controller), the ``pytest_mebench_update_cell`` hook caller with its
+    ``config``, and a progress ``say`` (or ``None``).
+    """
+
+    def __init__(self, cell: Cell, run_config: "RunConfig", device: str, artifacts_dir: Path, *, worker: str,
+                 item: Optional[pytest.Item] = None, update_hook: Optional[Callable[..., Any]] = None,
+                 config: Optional[pytest.Config] = None, say: Optional["Say"] = None) -> None:
+        self.cell, self.run_config, self.device = cell, run_config, device
+        self.artifacts_dir, self.worker, self.item = artifacts_dir, worker, item
+        self.update_hook, self.config, self.say = update_hook, config, say
+        self.started = time.perf_counter()
+        for stale in self.artifacts_dir.iterdir():  # a rerun never mixes with an older run's files
+            if stale.is_file():
+                stale.unlink()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Record the cell as ``error`` (and re-raise) when the run itself raises."""
+        self.started = time.perf_counter()
+        try:
+            yield
+        except BaseException as e:
+            self.write(None, "error", error=f"{type(e).__name__}: {e}")
+            raise
+
+    def finish(self, result: "SeedResult", problems: Sequence[str]) -> dict[str, Any]:
+        """Record the finished run: ``passed`` when no contract check failed, else ``failed``."""
+        return self.write(result, "failed" if problems else "passed", problems=list(problems))
+
+    def write(self, result: Optional["SeedResult"], status: str, problems: Sequence[str] = (),
+              error: Optional[str] = None) -> dict[str, Any]:
+        import torch
+
+        from mebench import artifacts
+        from mebench.identity import code_identity
+        from mebench.config.plan import identity_hash
+
+        summary = result.summary if result is not None else read_json(self.artifacts_dir / "summary.json")
+        c = self.cell
+        plan_hash, code, threads = c.plan.hash, code_identity(), torch.get_num_threads()
+        props = dict(self.item.user_properties) if self.item is not None else {}
+        record = {
+            "id": c.id, "nodeid": self.item.nodeid if self.item is not None else None, "status": status, "problems": list(problems), "error": error,
+            "attack": c.attack, "label": c.label, "defense": c.defense, "data_mode": c.data_mode,
+            "output_mode": c.output_mode,
+            "seed": c.seed, "cell_hash": identity_hash(plan_hash, code, threads), "plan_hash": plan_hash,
+            "code_identity": code, "threads": threads, "rerun_reason": props.get(RERUN_KEY), "budgets": list(self.run_config.budget.checkpoints),
+            "budgets_dropped": list(c.dropped_budgets), "config": self.run_config.to_dict(),
+            "metrics_rows": list(result.rows) if result is not None else list(summary.get("results", [])),
+            "summary": summary, "artifacts_dir": str(self.artifacts_dir),
+            "artifacts": {p.name: str(p) for p in sorted(self.artifacts_dir.iterdir())
+                          if p.is_file() and not p.name.startswith(".") and p.name != "result.json"},
+            "timings": {"cell_s": time.perf_counter() - self.started, **dict(summary.get("timings_s") or {})},
+            "device": self.device, "worker": self.worker, "resumed": False,
+        }
+        if self.update_hook is not None:
+            self.update_hook(config=self.config, cell=c, record=record)
+        record = jsonable(record, finite=False)  # NaN stays a float here; the JSON writers drop it
+        artifacts.atomic_write_json(self.artifacts_dir / "result.json", record)
+        if self.item is not None:
+            self.item.user_properties.append((RECORD_KEY, record))
+        return record
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,77 @@
+"""Transferability (``mebench.transfer``): adversarial examples crafted on each checkpoint
+substitute and on two references, scored on the victim; rows in ``transfer.csv``.
+
+A thin adapter: every number comes from ``TransferEvaluator``'s public API (``reference_rows``,
+``rows``); this probe only decides when it is called and where its rows go.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mebench import artifacts
+from mebench.probes.base import Probe, Scored, register_probe
+from mebench.seeding import generator
+from mebench.transfer import TRANSFER_COLUMNS, TransferEvaluator, settings_for
+from mebench.world import World
+
+
+@dataclass(frozen=True)
+class TransferParams:
+    """``methods`` among ``mebench.transfer.METHODS`` (none: not measured); ``images`` test images per row."""
+
+    methods: tuple[str, ...] = ()
+    images: int = 1000
+
+
+@register_probe("transfer")
+class Transfer(Probe):
+    """Transfer success of every scored substitute, crafted on the victim's test split (never the oracle)."""
+
+    Params = TransferParams
+    metrics = ("success_rate", "substitute_success_rate")
+    runs_by_default = True
+
+    def __init__(self, params: Any = None) -> None:
+        super().__init__(params)
+        self.timings = {"transfer": 0.0}
+        self.rows: list[dict[str, Any]] = []
+        self.evaluator: Any = None
+
+    @classmethod
+    def check(cls, params: TransferParams, cfg: Any) -> None:
+        from mebench.errors import ConfigError
+        from mebench.transfer import METHODS
+
+        if any(m not in METHODS for m in params.methods) or len(set(params.methods)) != len(params.methods):
+            raise ConfigError("measure.transfer.methods", list(params.methods),
+                              f"distinct methods among {', '.join(METHODS)}")
+        if params.images <= 0:
+            raise ConfigError("measure.transfer.images", params.images, "must be a positive number of test images")
+
+    @classmethod
+    def applies(cls, plan: Any, params: TransferParams) -> bool:
+        return bool(params.methods)
+
+    def start(self, world: World) -> None:
+        prep = world.prep  # the victim through the evaluation path: never the oracle, never the attack
+        self.evaluator = TransferEvaluator(prep.victim, prep.evaluator.x, prep.evaluator.y,
+                                           settings_for(prep.profile, self.params.images),
+                                           self.params.methods, generator(world.seed, "transfer"))
+        t0 = time.perf_counter()
+        self.rows += self.evaluator.reference_rows(world.seed, prep.transfer_reference)
+        self.timings["transfer"] += time.perf_counter() - t0
+
+    def substitute(self, world: World, scored: Scored) -> None:
+        t0 = time.perf_counter()
+        self.rows += self.evaluator.rows(scored.model, world.seed, scored.budget, scored.track)
+        self.timings["transfer"] += time.perf_counter() - t0
+
+    def summary(self, world: World) -> dict[str, Any]:
+        return {"transfer": self.rows}
+
+    def write(self, seed_dir: Path, final: bool) -> None:
+        artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, self.rows)

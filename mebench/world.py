@@ -1,0 +1,314 @@
+"""What a run's plan needs built before its query loop starts (issue 35: plan -> world -> loop -> probes).
+
+``prepare(cfg)`` builds what every seed shares, once: the frozen victim and its answer pipeline,
+the test split with the victim's reference probabilities (the ``Evaluator``), the pool source
+images and the splits a defense or a probe reads. Per seed, ``make_oracle``, ``make_store``,
+``build_pool`` and ``make_attack`` build the oracle (the only door to the victim), the query
+store, the attacker's pool and the attack; ``World`` holds them for the loop and the probes
+(``mebench.probes``). Nothing here runs a query or scores a substitute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from mebench.attacks import ATTACKS, AttackContext
+from mebench.config import RunConfig
+from mebench.data.augment import grow_pool
+from mebench.data.cache import QueryStore
+from mebench.data.datasets import load_split, resolve_data_root
+from mebench.data.pools import Pool
+from mebench.data.profiles import DatasetProfile, get_profile
+from mebench.defenses import DEFENSES, Defense, DefenseContext, build_answers, make_defense
+from mebench.errors import SlowVictimWarning
+from mebench.metrics import Evaluator
+from mebench.models.registry import build_model
+from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner
+from mebench import identity
+from mebench.oracle import Oracle, AnswerPipeline
+from mebench.config.plan import RunPlan
+from mebench.progress import Say
+from mebench.runinfo import git_commit, library_versions, machine_info
+from mebench.seeding import generator
+from mebench.serial import config_hash
+from mebench.state import EngineState
+from mebench.training.track_a import TrackASpec, TrackATrainer
+from mebench.config.validation import attack_params, defense_params, seed_pool_size
+from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
+from mebench.victims.wrapper import FrozenVictim
+
+DISCLAIMER_9 = (
+    "Contract §9: this attack's queries are state-dependent (selected or synthesized for the attacker's "
+    "model at query time). A lower Track A than Track B indicates lower cross-initialization generalizability "
+    "of the query set, not necessarily lower usefulness for the end-to-end attack; Track B is the faithful "
+    "end-to-end measure and Track A measures query-set generalizability.")
+
+
+@dataclass
+class Prepared:
+    """What every seed of a run shares; built once."""
+
+    profile: DatasetProfile
+    num_classes: int
+    device: torch.device
+    victim: FrozenVictim
+    answers: AnswerPipeline
+    victim_meta: dict[str, Any]
+    evaluator: Evaluator
+    surrogate_images: Optional[torch.Tensor] = None
+    surrogate_labels: Optional[torch.Tensor] = None  # the surrogate dataset's own classes (pool labels)
+    victim_train_images: Optional[torch.Tensor] = None
+    transfer_reference: Optional[torch.nn.Module] = None
+    seconds: float = 0.0
+    data_root: Optional[Path] = None
+    download: bool = False
+    splits: dict[tuple[str, bool], Any] = field(default_factory=dict)
+    defense_states: dict[str, Any] = field(default_factory=dict)
+
+    def split(self, name: str, train: bool, command: str = "run") -> tuple[torch.Tensor, torch.Tensor]:
+        """Images (uint8) and labels of one split of dataset ``name``, read once and kept."""
+        if (name, train) not in self.splits:
+            self.splits[(name, train)] = load_split(name, self.data_root, train, self.download, command)
+        return self.splits[(name, train)]
+
+
+
+
+def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
+    """Load the victim, the test split (and its victim probabilities) and the pool source.
+
+    ``command`` ("run" or "grid") words the fix when a dataset is missing (``datasets.HINTS``).
+    """
+    t0 = time.perf_counter()
+    profile = get_profile(cfg.dataset.name)
+    device = torch.device(cfg.run.device)
+    root = resolve_data_root(cfg.dataset.data_root, command)
+    test_x, test_y = load_split(profile.name, root, False, cfg.dataset.download, command)
+    num_classes = profile.num_classes
+    net, meta = build_victim(cfg.victim, num_classes)
+    victim = FrozenVictim(net, device)
+    rate = measure_throughput(victim.logits, (cfg.victim.channels, *cfg.victim.input_size), device)
+    meta["throughput_images_per_s"] = rate
+    slow = throughput_warning(rate, cfg.victim.throughput_floor, cfg.budget.max_budget)
+    if slow:
+        warnings.warn(slow, SlowVictimWarning, stacklevel=2)
+    answers = build_answers(victim, cfg.victim.temperature)  # the reference the metrics compare with
+    evaluator = Evaluator(test_x, test_y, answers.reference_probs(test_x), cfg.attack.output_mode == "soft_prob", device)
+    meta["test_accuracy_measured"] = evaluator.victim_accuracy()
+    meta["answer_transforms"] = answers.describe()
+    prep = Prepared(profile, num_classes, device, victim, answers, meta, evaluator, data_root=root,
+                    download=cfg.dataset.download)
+    if cfg.dataset.data_mode == "surrogate":
+        prep.surrogate_images, prep.surrogate_labels = prep.split(cfg.dataset.surrogate_name, True, command)
+    transfer = bool(cfg.measure_params("transfer").get("methods"))  # the transfer probe's second reference
+    if cfg.dataset.data_mode == "seed" or transfer:  # the victim's train split, read once
+        train_x, train_y = prep.split(profile.name, True, command)
+        if cfg.dataset.data_mode == "seed":
+            prep.victim_train_images = train_x
+        if transfer:
+            prep.transfer_reference = independent_model(cfg, prep, train_x, train_y)
+    prep.seconds = time.perf_counter() - t0
+    return prep
+
+
+#: independent_model's weights by (spec, device, torch threads, data fingerprint): a grid process runs
+#: many cells on one victim dataset, and the reference (S(60,000) = 12,000 steps on MNIST) is the same
+#: for all of them, so it is trained once per process. Training is seeded and deterministic for a
+#: fixed device and thread count, so a cached model equals a freshly trained one.
+_INDEPENDENT: dict[tuple, dict[str, torch.Tensor]] = {}
+
+
+def independent_model(cfg: RunConfig, prep: Prepared, x: torch.Tensor, y: torch.Tensor) -> torch.nn.Module:
+    """Transferability's second reference: the substitute's architecture trained on the victim's own
+    training split with its true labels, by Track A's recipe over the whole split (S(N) steps,
+    cross-entropy) — what an attacker holding the real data could do. Trained once per process
+    for the same spec, device, thread count and data (``_INDEPENDENT``)."""
+    spec = dataclasses.replace(TrackASpec.from_config(cfg, prep.num_classes), output_mode="hard_top1")
+    trainer = TrackATrainer(spec, prep.device)
+    key = (repr(spec), str(prep.device), torch.get_num_threads(), tuple(x.shape), int(x.sum()), int(y.sum()),
+           hashlib.sha256(x[: min(len(x), 512)].contiguous().numpy().tobytes()).hexdigest())
+    if key not in _INDEPENDENT:
+        model = trainer.train(x.float().div_(255.0), y)
+        _INDEPENDENT[key] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model = trainer.fresh_model()
+    model.load_state_dict(_INDEPENDENT[key])
+    return model.eval()
+
+
+def build_pool(cfg: RunConfig, prep: Prepared, seed: int) -> Optional[Pool]:
+    """The attacker's pool for this seed (§3): surrogate images, or the augmented seed set."""
+    if cfg.dataset.data_mode == "surrogate":
+        return Pool(prep.surrogate_images, cfg.dataset.surrogate_name, prep.surrogate_labels)
+    if cfg.dataset.data_mode == "seed":
+        train = prep.victim_train_images
+        pick = torch.randperm(train.shape[0], generator=generator(seed, "seed_set"))[: cfg.dataset.seed_size]
+        images = grow_pool(train[pick], seed_pool_size(cfg), generator(seed, "seed_pool"))
+        return Pool(images, f"{cfg.dataset.name}-seed{cfg.dataset.seed_size}-augmented")
+    return None
+
+
+def make_track_a_trainer(cfg: RunConfig, prep: Prepared) -> TrackATrainer:
+    """The Track A trainer every attack shares (§8)."""
+    return TrackATrainer(TrackASpec.from_config(cfg, prep.num_classes), prep.device)
+
+
+def make_oracle(cfg: RunConfig, prep: Prepared, seed: Optional[int] = None) -> Oracle:
+    """A fresh oracle with the full budget of ``cfg`` over the shared frozen victim, behind the
+    run's defense (its randomness seeded from ``seed``, by default the config's first seed)."""
+    seed = cfg.run.seeds[0] if seed is None else seed
+    answers = build_answers(prep.victim, cfg.victim.temperature, defense_for(cfg, prep, seed, "defense"))
+    return Oracle(answers, cfg.attack.output_mode, cfg.budget.max_budget,
+                  (cfg.victim.channels, *cfg.victim.input_size))
+
+
+def defense_for(cfg: RunConfig, prep: Prepared, seed: int, purpose: str) -> Defense:
+    """A fresh instance of the run's defense, its randomness seeded from ``(seed, purpose)``.
+
+    A defense with its own models (``Defense.fit``: a surrogate, a misinformation model) fits
+    them once per victim and parameter set, from a fixed defender seed, and every seed and
+    attack meets the same fitted defense, as they meet the same victim.
+    """
+    cls, params = DEFENSES.get(cfg.defense.name), defense_params(cfg)
+    state = None
+    if cls.fits:
+        key = f"{cfg.defense.name}:{config_hash(cfg.defense.params)}:T{cfg.victim.temperature}"
+        if key not in prep.defense_states:
+            prep.defense_states[key] = cls.fit(params, defense_context(cfg, prep))
+        state = prep.defense_states[key]
+    return make_defense(cfg.defense.name, params, generator(seed, purpose), state)
+
+
+def defense_context(cfg: RunConfig, prep: Prepared) -> DefenseContext:
+    """What a defender has to fit its models: the victim, its training split, its architecture."""
+    v = cfg.victim
+
+    def train_split() -> tuple[torch.Tensor, torch.Tensor]:
+        return prep.split(prep.profile.name, True)
+
+    def make_model(arch: Optional[str] = None) -> torch.nn.Module:
+        return build_model(arch or prep.victim_meta.get("arch") or cfg.substitute.arch, v.channels, prep.num_classes,
+                           tuple(v.input_size), v.normalization.mean, v.normalization.std).to(prep.device)
+
+    return DefenseContext(victim=prep.victim, num_classes=prep.num_classes, input_shape=(v.channels, *v.input_size),
+                          device=prep.device, train_split=train_split, make_model=make_model,
+                          temperature=v.temperature, load_split=lambda name, train: prep.split(name, train))
+
+
+def make_store(cfg: RunConfig, prep: Prepared, cache_dir: Optional[Path]) -> QueryStore:
+    """The query store: a memmap under ``cache_dir`` when caching is enabled, else in memory."""
+    return QueryStore(cfg.budget.max_budget, (cfg.victim.channels, *cfg.victim.input_size),
+                      cfg.attack.output_mode, prep.num_classes, cache_dir if cfg.cache.enabled else None)
+
+
+
+def open_store(cfg: RunConfig, prep: Prepared, seed_dir: Path) -> QueryStore:
+    """A fresh query store under the seed folder, marked so a later run can sweep it should this
+    process be killed (``naming.sweep_dead_caches``)."""
+    store = make_store(cfg, prep, seed_dir / QUERY_CACHE_DIR)
+    if store.on_disk:
+        mark_cache_owner(store.directory, "run")
+    return store
+
+
+def clean_store(store: Optional[QueryStore], seed_dir: Path, policy: str,
+                cache: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """Delete the query store (or what an interrupted ``make_store`` left); the ``cache`` record."""
+    if store is not None:
+        store.cleanup()
+    cache_dir = store.directory if store is not None else seed_dir / QUERY_CACHE_DIR
+    if store is None and cache_dir.exists():  # interrupted inside make_store, after its mkdir
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    cache = cache or {"used": None, "policy": policy, "location": None}
+    cache["deleted"] = cache_dir is None or not cache_dir.exists()
+    return cache
+
+
+def row_identity(cfg: RunConfig) -> dict[str, str]:
+    """The identity columns of every metrics.csv row of this run (§16.2)."""
+    return {"attack": cfg.attack_label(), "data_mode": cfg.dataset.data_mode,
+            "output_mode": cfg.attack.output_mode, "victim_id": cfg.victim.victim_id,
+            "substitute_arch": cfg.substitute.arch}
+
+
+def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool], params: Any = None) -> Any:
+    """The attack of ``cfg`` for one seed; ``params`` are its typed parameters (the plan's), parsed here if omitted."""
+    cls = ATTACKS.get(cfg.attack.name)
+    v = cfg.victim
+    # plain values only: the closure must not reach ``prep`` (victim, test split, answers)
+    arch, channels, classes, size = cfg.substitute.arch, v.channels, prep.num_classes, tuple(v.input_size)
+    mean, std, device = tuple(v.normalization.mean), tuple(v.normalization.std), prep.device
+
+    def make_substitute() -> torch.nn.Module:
+        return build_model(arch, channels, classes, size, mean, std).to(device)
+
+    ctx = AttackContext(
+        profile=prep.profile, output_mode=cfg.attack.output_mode, num_classes=prep.num_classes,
+        input_shape=(v.channels, *v.input_size), device=prep.device, seed=seed,
+        generator=generator(seed, "attack"), pool=pool, params=attack_params(cfg) if params is None else params,
+        checkpoints=tuple(cfg.budget.checkpoints), max_budget=cfg.budget.max_budget,
+        make_substitute=make_substitute, data_mode=cfg.dataset.data_mode, seed_size=cfg.dataset.seed_size,
+        divergence_restarts=cfg.attack.divergence_restarts)
+    return cls(ctx)
+
+
+def summary_head(cfg: RunConfig, plan: RunPlan, prep: Prepared) -> dict[str, Any]:
+    """What ``summary.json`` says about the world before anything is measured: the plan, the code,
+    the attack, dataset, victim and defense, the Track A recipe and the machine."""
+    cls = ATTACKS.get(cfg.attack.name)
+    state_dependent = plan.attack.state_dependent
+    head: dict[str, Any] = {
+        "status": "running", "seed": plan.seed, "run_name": cfg.run.name, "config_hash": cfg.config_hash(),
+        "plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": identity.code_identity(),
+        "config": cfg.to_dict(),
+        "attack": {**cls.describe(), "label": cfg.attack_label(), "output_mode": cfg.attack.output_mode,
+                   "params": cfg.to_dict()["attack"]["params"],
+                   "state_dependent_queries": state_dependent},
+        "dataset": {**prep.profile.as_metadata(), "data_mode": cfg.dataset.data_mode,
+                    "surrogate_name": cfg.dataset.surrogate_name, "seed_size": cfg.dataset.seed_size},
+        "victim": prep.victim_meta,
+        "defense": {**cfg.to_dict()["defense"], "paper": DEFENSES.get(cfg.defense.name).paper},
+        "track_a": {"batch_size": cfg.substitute.trackA.batch_size, "steps_coeff_c": cfg.substitute.trackA.steps_coeff_c,
+                    "profile_override": (prep.profile.track_a_batch_size != 128 or prep.profile.steps_coeff_c != 0.2),
+                    "init_seed": cfg.substitute.init_seed, "optimizer": cfg.to_dict()["substitute"]["optimizer"],
+                    "scheduler": "cosine over S(B)", "loss": "kl" if cfg.attack.output_mode == "soft_prob" else "ce"},
+        "versions": library_versions(), "git": git_commit(), "machine": machine_info(cfg.run.device),
+    }
+    if state_dependent:
+        head["disclaimer"] = DISCLAIMER_9
+    return head
+
+
+
+
+@dataclass
+class World:
+    """One seed's world: what the query loop drives and the probes (``mebench.probes``) measure.
+
+    ``trainer`` is a Track A trainer handed in by the pytest harness (else Track A builds its own);
+    ``store``, ``state`` and ``attack`` are filled in by the engine as it builds them.
+    """
+
+    cfg: RunConfig
+    plan: RunPlan
+    prep: Prepared
+    seed_dir: Path
+    oracle: Oracle
+    progress: bool = True
+    say: Optional[Say] = None
+    trainer: Optional[TrackATrainer] = None
+    store: Optional[QueryStore] = None
+    state: Optional[EngineState] = None
+    attack: Any = None
+
+    @property
+    def seed(self) -> int:
+        return self.plan.seed
