@@ -177,6 +177,9 @@ def test_report_is_the_same_with_and_without_xdist(bench: pytest.Pytester) -> No
     assert serial.ret == 0, serial.stdout.str()
     parallel = bench.runpytest_subprocess(*args, "-n", "2", "--gpus", "--mebench-json", "xdist.json")
     assert parallel.ret == 0, parallel.stdout.str()
+    # the estimate is printed with the workers that will run the cells (issue 40; the xdist controller collects nothing)
+    serial.stdout.fnmatch_lines(["*4 grid cells selected*estimate ~* wall on 1 worker x *"])
+    parallel.stdout.fnmatch_lines(["*4 grid cells selected*estimate ~* wall on 2 workers x *"])
     one, two = cells_by_id(bench.path / "serial.json"), cells_by_id(bench.path / "xdist.json")
     assert set(one) == set(two) == {i for i in RANDOM_IDS if i.endswith("-s0")}
     for cid, cell in one.items():
@@ -376,15 +379,17 @@ def test_collection_prints_the_selected_cells_cost(bench: pytest.Pytester) -> No
 def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
     # the grid's size warning must see an attack's own training (Track B models, round models, GAN
     # pretraining), or a preset that trains for days looks like its Track A alone
-    from mebench.harness.cost import SECONDS_PER_GAN_EXAMPLE, SECONDS_PER_STEP, estimate
+    from mebench.harness.cost import LENET5_REF_STEP_S, SECONDS_PER_GAN_EXAMPLE, estimate
 
+    step = 0.128  # a measured SGD step of 128 images (injected): 1 ms an example
+    times = lambda arch, shape, k: {"train_step_s": step, "forward_image_s": 1e-4}  # noqa: E731
     cfg = {"budget": {"max_budget": 5000, "checkpoints": [1000, 5000]}}
-    per_example = SECONDS_PER_STEP["tiny_mlp"] / 128 / 3600
-    base = estimate([make_cfg(**cfg)]).cpu_hours  # random: Track A and the query loop only
+    per_example = step / 128
 
     def extra(attack: dict) -> float:
-        return estimate([make_cfg(**cfg, attack=attack)]).cpu_hours - base
+        return estimate([make_cfg(**cfg, attack=attack)], threads=1, times=times).phases["attack"]
 
+    assert extra({"name": "random"}) == 0.0  # Track A and the queries only
     knock = {"name": "knockoff", "params": {"epochs": 100}}
     assert extra(knock) == pytest.approx(100 * 6000 * per_example)  # a fresh model at each checkpoint
     assert extra({**knock, "params": {"epochs": 10}}) == pytest.approx(10 * 6000 * per_example)
@@ -394,7 +399,27 @@ def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
     gan = {"name": "dfms", "output_mode": "soft_prob",
            "params": {"gan_epochs": 2, "divgan_epochs": 1, "gan_pool_size": 1000, "clone_epochs": 5}}
     clones = 2 * 5 * 32  # two clones on initial sets of ceil(0.00625 * 5000) = 32 images
-    assert extra(gan) == pytest.approx(clones * per_example + 3 * 1000 * 4 * SECONDS_PER_GAN_EXAMPLE / 3600)
+    gan_s = 3 * 1000 * 4 * SECONDS_PER_GAN_EXAMPLE * step / LENET5_REF_STEP_S  # scaled by the measured step
+    assert extra(gan) == pytest.approx(clones * per_example + gan_s)
+
+
+def test_large_run_guard_uses_the_calibrated_estimate(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 40: a small budget on a slow machine (or a slow architecture) is still refused when the
+    # calibrated estimate is above the bound, and the printed line states the measured wall time
+    import mebench.calibration
+
+    slow = {"train_step_s": 120.0, "forward_image_s": 0.5, "measured_at": "2026-01-01T00:00"}
+    monkeypatch.setattr(mebench.calibration, "step_times", lambda *a, **k: {**slow, "path": "/c/calibration/x.json"})
+    cell = ["-k", "random and seed and soft_prob and s0"]
+    refused = bench.runpytest("benchmarks", "-q", *cell)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    line = next(x for x in refused.errlines if "--mebench-allow-large" in x)
+    assert "1 grid cell selected" in line and "calibrated 2026-01-01T00:00, cached in /c/calibration" in line
+    assert "track_a" in line and "wall on 1 worker" in line  # 80 steps x 120 s: ~2.7 h, above 2 CPU-hours
+    fast = {**slow, "train_step_s": 0.001, "forward_image_s": 1e-6}
+    monkeypatch.setattr(mebench.calibration, "step_times", lambda *a, **k: fast)
+    assert bench.runpytest("benchmarks", "-q", "--collect-only", *cell).ret == pytest.ExitCode.OK
+    assert bench.runpytest("benchmarks", "-q", *cell).ret == pytest.ExitCode.OK
 
 
 @pytest.mark.slow
@@ -406,7 +431,7 @@ def test_large_selection_needs_an_explicit_flag(bench: pytest.Pytester, monkeypa
     cell = ["-k", "random and seed and soft_prob and s0"]
     refused = bench.runpytest("benchmarks", "-q", *cell)
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
-    assert any("--mebench-allow-large" in x and "1 grid cells selected" in x for x in refused.errlines)
+    assert any("--mebench-allow-large" in x and "1 grid cell selected" in x for x in refused.errlines)
     assert bench.runpytest("benchmarks", "-q", "--mebench-allow-large", *cell).ret == pytest.ExitCode.OK
     assert bench.runpytest("benchmarks", "-q", "--budgets", "100", *cell).ret == pytest.ExitCode.OK
 

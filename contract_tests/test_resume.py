@@ -208,6 +208,24 @@ def test_grid_sweeps_caches_of_dead_runs(grid):
     result.stdout.fnmatch_lines([f"*removed 1 temporary query cache an interrupted run left in {runs}*"])
 
 
+# issue 40: --resume sweeps the caches dead runs left in the other folders of runs/pytest too (not only
+# in the folder it resumes), and still never a live run's.
+def test_resume_sweeps_dead_caches_in_other_folders(grid):
+    host, runs = socket.gethostname(), grid.path / "runs" / "pytest"
+    grid.runpytest("benchmarks").assert_outcomes(passed=1)
+    (resumed,) = list(runs.iterdir())
+    own = resumed / "cells" / CELL / QUERY_CACHE_DIR
+    dead, live = (runs / stamp / "cells" / CELL / QUERY_CACHE_DIR for stamp in ("20000101T000000Z", "20000101T000001Z"))
+    for cache, pid in ((own, _dead_pid()), (dead, _dead_pid()), (live, os.getpid())):
+        cache.mkdir(parents=True)
+        (cache / "owner").write_text(f"token {pid} {host}")
+    result = grid.runpytest("benchmarks", "--resume")
+    assert not own.exists() and not dead.exists() and live.exists()
+    result.stdout.fnmatch_lines([f"*--resume: removed 1 temporary query cache an interrupted run left in {resumed / 'cells'}*",
+                                 f"*--resume: removed 1 temporary query cache an interrupted run left in {runs}*"],
+                                consecutive=False)
+
+
 def _reserve(parent: str, start, out) -> None:
     start.wait()
     out.put(str(make_stamp_dir(Path(parent))))

@@ -87,11 +87,19 @@ class TrainingCost:
     ``substitute_examples``: examples passed forward and backward through the substitute
     architecture (epochs x set size, summed over every model the attack trains);
     ``gan_examples``: examples through one generator-and-discriminator step, in units of a
-    width-32 DCGAN pair (scale by (width / 32)^2 for wider ones).
+    width-32 DCGAN pair (scale by (width / 32)^2 for wider ones);
+    ``forward_examples``: examples passed forward only (no gradient) through that model, e.g.
+    the zeroth-order gradient probes of DFME and MAZE;
+    ``generator_examples``: examples forward and backward through a DFME-style generator, in units
+    of one of ``nz`` 256 and width 64 (scale by (width / 64)^2); a forward alone counts 1/3;
+    ``model_arch``: the architecture the attack trains when it is not the substitute's (MAZE's clone).
     """
 
     substitute_examples: int = 0
     gan_examples: float = 0.0
+    forward_examples: float = 0.0
+    generator_examples: float = 0.0
+    model_arch: Optional[str] = None
 
 
 class Attack(ABC):

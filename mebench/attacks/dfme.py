@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import Attack, AttackContext, register_attack
+from mebench.attacks.base import Attack, AttackContext, TrainingCost, register_attack
 from mebench.errors import ConfigError, DivergenceError
 from mebench.models.generators import PIXEL_MAPS, seeded_generator, to_pixels
 from mebench.types import OracleOutput, QueryBatch
@@ -162,6 +162,20 @@ class DFME(Attack):
     @classmethod
     def required_pool_size(cls, params: Any, max_budget: int) -> int:
         return 0
+
+    @classmethod
+    def training_cost(cls, params: Params, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """The query loop's own work, per iteration of ``bs * (m + 1) + student_steps * bs`` queries (one
+        generator step): the student's forward on the ``bs * (m + 1)`` probes, ``student_steps`` student
+        steps of ``bs`` images, one generator forward-backward of ``bs`` and ``student_steps * bs``
+        generator forwards (the students' images)."""
+        p, bs = params, params.batch_size
+        per_iter = bs * (p.grad_m + 1) * p.generator_steps + p.student_steps * bs
+        n = max_budget / per_iter
+        width = (p.generator_width / 64) ** 2
+        return TrainingCost(substitute_examples=round(n * p.student_steps * bs),
+                            forward_examples=n * bs * (p.grad_m + 1) * p.generator_steps,
+                            generator_examples=n * width * (bs * p.generator_steps + p.student_steps * bs / 3))
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)

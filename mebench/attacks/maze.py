@@ -66,7 +66,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.attacks.base import Attack, AttackContext, check_param_ranges, register_attack
+from mebench.attacks.base import Attack, AttackContext, TrainingCost, check_param_ranges, register_attack
 from mebench.attacks.dfme import check_generator_params, draw_seed, sphere_probes
 from mebench.errors import ConfigError, DivergenceError
 from mebench.models import MODELS, Normalized
@@ -211,6 +211,21 @@ class MAZE(Attack):
     @classmethod
     def required_pool_size(cls, params: Any, max_budget: int) -> int:
         return 0
+
+    @classmethod
+    def training_cost(cls, params: Params, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """The query loop's own work on the clone architecture (a WRN-22-2 step costs ~100 LeNet-5 steps),
+        per iteration (``iteration_cost`` queries): the clone's forward on the ``bs * (1 + ndirs)``
+        probes of each generator step, one clone step on the base batch, ``iter_clone - 1`` on fresh
+        batches and ``iter_exp`` replay steps (all of ``bs`` images), one generator forward-backward
+        of ``bs`` per generator step and ``(iter_clone - 1) * bs`` generator forwards."""
+        p, bs = params, params.batch_size
+        n = max_budget / iteration_cost(p)
+        width = (p.generator_width / 64) ** 2
+        return TrainingCost(substitute_examples=round(n * bs * (1 + (p.iter_clone - 1) + p.iter_exp)),
+                            forward_examples=n * bs * (1 + p.ndirs) * p.iter_gen,
+                            generator_examples=n * width * bs * (p.iter_gen + (p.iter_clone - 1) / 3),
+                            model_arch=p.clone_arch)
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)

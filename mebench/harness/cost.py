@@ -1,64 +1,235 @@
-"""A rough CPU cost estimate of grid cells, so nobody starts a multi-day grid by accident.
+"""The wall time a selection of cells will take on this machine, phase by phase.
 
-The numbers are orders of magnitude measured on one thread of a 2-core x86 CPU (LeNet-5 Track A
-at batch 128: about 15 ms a step; an attack's query loop: about 2 ms an image, DFME's generator
-included; a width-32 DCGAN step: about 10 ms an image); other architectures use a conservative
-default. An attack's own training outside its query loop (Track B models, round models, GAN
-pretraining) comes from ``Attack.training_cost``. Two cells at once on a 2-core machine run about
-1.7x slower each. They only size a warning and the large-grid guard, never a result.
+Every phase that costs time is a named term, in seconds of one cell at the thread count the cells
+will use, from step times measured on this machine (``mebench.calibration``; ``T(arch)`` below is
+the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
+
+- ``queries``: ``max_budget * F(victim)``, plus a defense's extra forward per query (MAD's surrogate,
+  Adaptive Misinformation's second model) and a detector's own work (``DETECTOR_FORWARDS``);
+- ``attack``: the attack's own work (``Attack.training_cost``): its training examples ``* T(model) / 128``,
+  its forward-only examples ``* F(model)``, its generator examples ``* T(generator) / 128`` and DFMS's
+  GAN examples; ``model`` is the substitute's architecture or the attack's own (MAZE's WRN-22-2 clone);
+- ``track_a``: ``sum_B S(B) * T(substitute)`` plus one pass over the test split per checkpoint;
+- ``track_b``: one pass over the test split per checkpoint for attacks that have Track B;
+- ``transfer``: per scored model (each checkpoint and track, plus the victim and independent rows),
+  ``transfer_images`` images through FGSM (1 input-gradient step) and PGD (``pgd_steps``), a step
+  ``T(substitute) / 128`` an image, and the victim's forward on each method's images;
+- ``transfer_reference``: the independent reference model, ``S(train_size) * T(substitute)``, trained
+  once per process and spec (once per worker in a grid); ``reference_cached=True`` drops the term
+  when the model comes from a disk cache;
+- ``defense_fit``: Adaptive Misinformation's model, ``epochs * train_size / batch_size`` steps
+  (twice the images with outlier exposure) ``* T(victim)``, once per process and parameters;
+- ``defense_utility``: the test split through the defended victim;
+- ``detection``: ``benign_streams`` benign streams of ``max_budget`` images per source through the
+  defended victim and the detector (PRADA's distances: ``DETECTOR_FORWARDS``, measured here);
+- ``prepare``: loading data and the victim's test answers (``OVERHEAD_S`` plus the test split
+  through the victim).
+
+Measured times are rescaled from the load average they were measured at to the load now
+(``calibration.load_factor``). A cell's seconds are summed over phases; the selection's wall time on ``workers`` processes is
+``max(sum / workers, longest cell) * max(1, workers * threads / cpus)``. Sizes a warning and the
+large-run guard only, never a result.
 """
-
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
 
-#: Seconds per Track A step (batch 128, one CPU thread) by substitute architecture.
-SECONDS_PER_STEP = {"lenet5": 0.015, "tiny_mlp": 0.001, "resnet8": 0.06, "simple_cnn": 0.12}
-DEFAULT_SECONDS_PER_STEP = 0.3
-#: Seconds per query of the attack loop (victim forward, selection or synthesis).
-SECONDS_PER_QUERY = 0.002
-#: Seconds per image of one generator-and-discriminator step of a width-32 DCGAN pair (DFMS).
-SECONDS_PER_GAN_EXAMPLE = 0.01
 #: A selection above either bound needs ``--budgets`` or ``--mebench-allow-large``.
 LARGE_MAX_BUDGET = 100_000
 LARGE_CPU_HOURS = 2.0
+#: Seconds per image of one width-32 DCGAN generator-and-discriminator step (DFMS) on a machine where a
+#: LeNet-5 step takes ``LENET5_REF_STEP_S``; scaled by this machine's measured LeNet-5 step.
+SECONDS_PER_GAN_EXAMPLE = 0.01
+LENET5_REF_STEP_S = 0.015
+#: Per-cell fixed work (loading data, building models), seconds.
+OVERHEAD_S = 2.0
+#: Defenses that pass each answer through one more model of the victim's architecture.
+EXTRA_FORWARD_DEFENSES = frozenset({"mad", "adaptive_misinformation"})
+#: A detector's own work per image it watches, in victim forwards: PRADA's minimum distances to its
+#: growing sets took about 8 MNIST LeNet-5 forwards an image at budgets up to 10k on one thread
+#: (results/cost: the prada cell's ``detection_benign`` and ``collect`` timings); it grows with the sets.
+DETECTOR_FORWARDS = {"prada": 8.0}
+PHASES = ("prepare", "queries", "attack", "track_a", "track_b", "transfer", "transfer_reference",
+          "defense_fit", "defense_utility", "detection")
+
+#: ``times(arch, input_shape, num_classes) -> {"train_step_s", "forward_image_s", ...}``.
+Times = Callable[[str, tuple, int], dict]
 
 
 @dataclass(frozen=True)
 class Cost:
+    """A selection's estimate: per-phase seconds summed over cells, the longest cell, the workers."""
+
     cells: int
     queries: int
     track_a_steps: int
-    cpu_hours: float
     max_budget: int
+    phases: dict[str, float] = field(default_factory=dict)
+    longest_s: float = 0.0
+    workers: int = 1
+    threads: int = 1
+    cpus: int = 1
+    calibration: str = ""
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.phases.values())
+
+    @property
+    def cpu_hours(self) -> float:
+        return self.cpu_seconds / 3600.0
+
+    @property
+    def wall_seconds(self) -> float:
+        slowdown = max(1.0, self.workers * self.threads / max(1, self.cpus))
+        return max(self.cpu_seconds / max(1, self.workers), self.longest_s) * slowdown
 
     @property
     def large(self) -> bool:
         return self.max_budget > LARGE_MAX_BUDGET or self.cpu_hours > LARGE_CPU_HOURS
 
     def line(self) -> str:
-        return (f"mebench: {self.cells} grid cells selected: {self.queries:,} queries, "
-                f"{self.track_a_steps:,} Track A steps, about {self.cpu_hours:.1f} CPU-hours on one idle thread "
-                f"(rough; largest budget {self.max_budget:,})")
+        top = sorted(((s, p) for p, s in self.phases.items() if s >= 0.5), reverse=True)[:4]
+        parts = ", ".join(f"{p} {human(s)}" for s, p in top)
+        return (f"mebench: {self.cells} grid {plural(self.cells, 'cell')} selected: {self.queries:,} queries, "
+                f"{self.track_a_steps:,} Track A steps, largest budget {self.max_budget:,}; "
+                f"estimate ~{human(self.wall_seconds)} wall on {self.workers} {plural(self.workers, 'worker')} x "
+                f"{self.threads} {plural(self.threads, 'thread')} ({parts or 'no phase over 1 s'}; {self.calibration})")
 
 
-def estimate(cfgs: Iterable) -> Cost:
-    """Cost of running the run configs ``cfgs`` (one seed each), from ``mebench.config.RunConfig``."""
-    from mebench.attacks import ATTACKS
+def plural(n: int, word: str) -> str:
+    return word if n == 1 else word + "s"
+
+
+def human(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``3.5 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def estimate(runs: Iterable[Any], *, workers: int = 1, threads: Optional[int] = None, device: str = "cpu",
+             reference_cached: bool = False, times: Optional[Times] = None, load: Optional[float] = None) -> Cost:
+    """The estimate for ``runs`` (``RunPlan``s, or ``RunConfig``s resolved for their first seed) run on
+    ``workers`` processes of ``threads`` torch threads each (default: this process's count), at the
+    machine's 1-minute ``load`` average (default: now; measured times are rescaled from the load
+    they were measured at, ``calibration.load_factor``)."""
+    import torch
+
+    from mebench.calibration import load_now
+    from mebench.config.plan import resolve
+    from mebench.threads import usable_cpus
     from mebench.training.loop import steps_for_budget
-    from mebench.config.validation import attack_params
 
-    cells = queries = steps = top = 0
-    seconds = 0.0
-    for cfg in cfgs:
-        c = cfg.substitute.trackA.steps_coeff_c
-        checkpoints = tuple(cfg.budget.checkpoints)
-        s = sum(steps_for_budget(b, c) for b in checkpoints)
-        per_step = SECONDS_PER_STEP.get(cfg.substitute.arch, DEFAULT_SECONDS_PER_STEP)
-        own = ATTACKS.get(cfg.attack.name).training_cost(attack_params(cfg), checkpoints, cfg.budget.max_budget)
-        cells, queries, steps = cells + 1, queries + cfg.budget.max_budget, steps + s
-        top = max(top, cfg.budget.max_budget)
-        seconds += (s * per_step + cfg.budget.max_budget * SECONDS_PER_QUERY
-                    + own.substitute_examples * per_step / 128 + own.gan_examples * SECONDS_PER_GAN_EXAMPLE)
-    return Cost(cells, queries, steps, seconds / 3600.0, top)
+    threads = threads or torch.get_num_threads()
+    probe = _Probe(threads, device, times, load_now() if load is None else load, usable_cpus())
+    plans = [r if hasattr(r, "track_a") else resolve(r) for r in runs]
+    phases = dict.fromkeys(PHASES, 0.0)
+    shared: dict[tuple, list] = {}
+    longest = 0.0
+    for plan in plans:
+        cell, once = cell_seconds(plan, probe, reference_cached)
+        for k, v in cell.items():
+            phases[k] += v
+        for key, seconds in once.items():  # trained once per process: count it once per worker that needs it
+            shared.setdefault(key, []).append(seconds)
+        longest = max(longest, sum(cell.values()) + sum(once.values()))
+    for (phase, *_), seen in shared.items():
+        phases[phase] += max(seen) * min(workers, len(seen))
+    return Cost(len(plans), sum(p.max_budget for p in plans),
+                sum(steps_for_budget(b, p.track_a.steps_coeff_c) for p in plans for b in p.checkpoints),
+                max((p.max_budget for p in plans), default=0), phases, longest, workers, threads,
+                usable_cpus(), probe.describe())
+
+
+def cell_seconds(plan: Any, probe: "_Probe", reference_cached: bool = False) -> tuple[dict[str, float], dict]:
+    """One cell's seconds per phase, and the work shared by the cells of one process (``{(phase, spec): s}``)."""
+    from mebench.attacks import ATTACKS
+    from mebench.data.profiles import PROFILES
+    from mebench.defenses import DEFENSES
+    from mebench.defenses.detection import Detector
+    from mebench.training.loop import steps_for_budget
+
+    prof, ta = PROFILES.get(plan.dataset), plan.track_a
+    shape, k = tuple(plan.input_shape), plan.victim.num_classes
+    sub = probe(ta.arch, shape, k)
+    vic = probe(plan.victim.arch or ta.arch, shape, k)
+    cls = ATTACKS.get(plan.attack.name)
+    own = cls.training_cost(plan.attack.params, tuple(plan.checkpoints), plan.max_budget)
+    mod = probe(own.model_arch, shape, k) if own.model_arch else sub
+    gen = probe("generator", shape, k)["train_step_s"] if own.generator_examples else 0.0
+    gan = probe("lenet5", shape, k)["train_step_s"] / LENET5_REF_STEP_S if own.gan_examples else 0.0
+    d = plan.defense
+    extra = vic["forward_image_s"] * ((d.name in EXTRA_FORWARD_DEFENSES) + DETECTOR_FORWARDS.get(d.name, 0.0))
+    answer = vic["forward_image_s"] + extra
+    n_ckpt, track_b = len(plan.checkpoints), bool(cls.has_track_b)
+    s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+    s["prepare"] = OVERHEAD_S + prof.test_size * vic["forward_image_s"]
+    s["queries"] = plan.max_budget * answer
+    s["attack"] = (own.substitute_examples * mod["train_step_s"] / 128 + own.forward_examples * mod["forward_image_s"]
+                   + own.generator_examples * gen / 128 + own.gan_examples * SECONDS_PER_GAN_EXAMPLE * gan)
+    s["track_a"] = sum(steps_for_budget(b, ta.steps_coeff_c) for b in plan.checkpoints) * sub["train_step_s"] \
+        + n_ckpt * prof.test_size * sub["forward_image_s"]
+    s["track_b"] = n_ckpt * prof.test_size * mod["forward_image_s"] if track_b else 0.0
+    once: dict[tuple, float] = {}
+    probes = {p.name: p.params for p in getattr(plan, "probes", ())}
+    transfer = probes.get("transfer")
+    if transfer is not None and transfer.methods:
+        per_model = sum(1 if m == "fgsm" else prof.pgd_steps for m in transfer.methods) \
+            * transfer.images * sub["train_step_s"] / 128 \
+            + len(transfer.methods) * transfer.images * vic["forward_image_s"]
+        s["transfer"] = (n_ckpt * (1 + track_b) + 2) * per_model
+        if not reference_cached:
+            spec = ("transfer_reference", ta.arch, plan.dataset, ta.steps_coeff_c, ta.init_seed, repr(ta.optimizer))
+            once[spec] = steps_for_budget(prof.train_size, ta.steps_coeff_c) * sub["train_step_s"]
+    if d.name != "none":
+        s["defense_utility"] = prof.test_size * answer
+        fit = defense_fit_steps(d, prof.train_size)
+        if fit:
+            once[("defense_fit", d.name, repr(d.params), plan.victim.victim_id)] = fit * vic["train_step_s"]
+        detection = probes.get("detection")
+        if detection is not None and issubclass(DEFENSES.get(d.name), Detector):
+            sources = 1 + bool(detection.benign_dataset)
+            s["detection"] = detection.benign_streams * sources * plan.max_budget * answer
+    return s, once
+
+
+def defense_fit_steps(defense: Any, train_size: int) -> int:
+    """SGD steps (batch 128-sized) of a defense's own model fit: Adaptive Misinformation's
+    ``epochs * train_size / batch_size``, twice the images when outlier exposure is on; else 0."""
+    p = defense.params
+    if defense.name != "adaptive_misinformation" or getattr(p, "epochs", None) is None:
+        return 0
+    steps = round(p.epochs * train_size / p.batch_size)
+    batch_scale = p.batch_size / 128 * (1 if getattr(p, "outlier_source", "none") == "none" else 2)
+    return round(steps * batch_scale)
+
+
+class _Probe:
+    """Measured step times per architecture (``calibration.step_times``), asked once per architecture."""
+
+    def __init__(self, threads: int, device: str, times: Optional[Times], load: Optional[float], cpus: int) -> None:
+        self.threads, self.device, self.times, self.load, self.cpus = threads, device, times, load, cpus
+        self.seen: dict[tuple, dict] = {}
+
+    def __call__(self, arch: str, shape: tuple, num_classes: int) -> dict:
+        from mebench.calibration import load_factor, step_times
+
+        key = (arch, shape, num_classes)
+        if key not in self.seen:
+            t = (self.times or (lambda *a: step_times(*a, self.threads, self.device)))(arch, shape, num_classes)
+            f = load_factor(t.get("load"), self.load, self.cpus)
+            self.seen[key] = {**t, "factor": f, "train_step_s": t["train_step_s"] * f,
+                              "forward_image_s": t["forward_image_s"] * f}
+        return self.seen[key]
+
+    def describe(self) -> str:
+        if not self.seen:
+            return "no calibration"
+        dates = sorted({str(v.get("measured_at", ""))[:16] for v in self.seen.values()} - {""})
+        paths = {str(v.get("path", "")) for v in self.seen.values()} - {""}
+        loads = sorted({v["load"] for v in self.seen.values() if v.get("load") is not None})
+        where = f", cached in {sorted(paths)[0].rsplit('/', 1)[0]}" if paths else ""
+        now = f", load {self.load:.1f} now vs {loads[-1]:.1f} then" if loads and self.load is not None else ""
+        return f"calibrated {dates[-1] if dates else 'by the caller'}{where}{now}"

@@ -107,8 +107,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if bench.gpu_warning and tr is not None:
         tr.write_line(f"mebench: warning: {bench.gpu_warning}", yellow=True)
+    before = len(bench.messages)
     if bench.sweep_stale_caches() and tr is not None:
-        tr.write_line(f"mebench: {bench.messages[-1]}")
+        for line in bench.messages[before:]:
+            tr.write_line(f"mebench: {line}")
 
 
 @pytest.hookimpl(trylast=True)
@@ -124,6 +126,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         check_datasets([c for c in map(_cell_of, session.items) if c is not None])
     except GridError as e:
         raise pytest.UsageError(f"mebench grid: {e}") from None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """pytest-xdist controller (which collects nothing itself): print the estimate for the cells the
+    first worker collected, with the number of workers; the workers enforce the large-run guard."""
+    bench_session(node.config).show_cost_of_ids(ids)  # type: ignore[attr-defined]
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:

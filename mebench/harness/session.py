@@ -33,6 +33,7 @@ from mebench.harness.grid import Cell, GridError, GridSet, load_grids
 from mebench.naming import QUERY_CACHE_DIR, cache_owner_alive, cache_owner_token, latest_stamp_dir, make_stamp_dir, sweep_dead_caches, unused_stamp_dir
 
 if TYPE_CHECKING:
+    from mebench.harness.cost import Cost
     from mebench.config import RunConfig
     from mebench.resume import Verdict
     from mebench.engine import Prepared
@@ -229,21 +230,23 @@ class BenchSession:
         if self.is_worker:
             return []
         stale: list[Path] = []
-        if self.options.runs_dir is not None and self.options.runs_dir.is_dir():
-            stale += sweep_dead_caches(self.options.runs_dir, f"*/cells/*/{QUERY_CACHE_DIR}")
+        here: list[Path] = []
         if self._cells_dir is not None and self._cells_dir.is_dir():
-            stale += sweep_dead_caches(self._cells_dir, f"*/{QUERY_CACHE_DIR}")
+            here += sweep_dead_caches(self._cells_dir, f"*/{QUERY_CACHE_DIR}")
             if self.options.resume:
                 left = sorted(p for p in self._cells_dir.glob(f"*/{QUERY_CACHE_DIR}")
                               if p.is_dir() and not cache_owner_alive(p))
                 for path in left:
                     shutil.rmtree(path, ignore_errors=True)
-                stale += left
-        if stale:
-            where = self._cells_dir if self.options.resume and self._cells_dir is not None else self.options.runs_dir
-            self.messages.append(f"{'--resume: ' if self.options.resume else ''}removed {len(stale)} temporary "
-                                 f"query cache{'s' if len(stale) > 1 else ''} an interrupted run left in {where}")
-        return sorted(set(stale))
+                here += left
+        if self.options.runs_dir is not None and self.options.runs_dir.is_dir():  # the other folders of runs/pytest
+            stale += sweep_dead_caches(self.options.runs_dir, f"*/cells/*/{QUERY_CACHE_DIR}")
+        prefix = "--resume: " if self.options.resume else ""
+        for found, where in ((here, self._cells_dir), (sorted(set(stale) - set(here)), self.options.runs_dir)):
+            if found:
+                self.messages.append(f"{prefix}removed {len(found)} temporary query cache{'s' if len(found) > 1 else ''}"
+                                     f" an interrupted run left in {where}")
+        return sorted(set(stale) | set(here))
 
     def remove_own_caches(self) -> list[Path]:
         """Controller, at the end of the run: remove the query caches (§11.2) this run's cells left.
@@ -339,13 +342,13 @@ class BenchSession:
                 tr.write_line(line)
 
     def check_cost(self, items: Sequence[pytest.Item]) -> None:
-        """Print the selected cells' rough cost; a large selection needs --budgets or --mebench-allow-large."""
-        from mebench.harness.cost import estimate
+        """Print the selected cells' estimated wall time (``mebench.harness.cost``, calibrated on this
+        machine); a large selection needs --budgets or --mebench-allow-large."""
 
         cells = [c for c in map(_cell_of, items) if c is not None]
         if not cells:
             return
-        cost = estimate(c.cfg for c in cells)
+        cost = self.estimate(cells)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None and not self.is_worker:  # under xdist the workers collect and enforce the guard
             tr.write_line(cost.line())
@@ -353,6 +356,28 @@ class BenchSession:
         if cost.large and not allowed and not self.config.option.collectonly:
             raise pytest.UsageError(f"{cost.line()}: too large to start by accident; pass --budgets B1,B2 "
                                     "to shorten it or --mebench-allow-large to run it as selected")
+
+    def estimate(self, cells: Sequence[Cell]) -> "Cost":
+        """``mebench.harness.cost.estimate`` of ``cells`` on this run's xdist workers at its pinned thread count."""
+        from mebench.harness.cost import estimate
+
+        workers = getattr(self.config.option, "numprocesses", None)
+        return estimate([c.plan for c in cells], threads=self.options.threads or None,
+                        workers=workers if isinstance(workers, int) and workers > 0 else 1)
+
+    def show_cost_of_ids(self, node_ids: Sequence[str]) -> None:
+        """xdist controller: print the estimate of the cells named by one worker's collected node ids (once)."""
+        if getattr(self, "_cost_shown", False) or self.is_worker:
+            return
+        self._cost_shown = True
+        wanted = {i.rsplit("[", 1)[-1].rstrip("]") for i in node_ids if i.endswith("]")}
+        try:
+            cells = [c for c in self.grid.cells if c.id in wanted]
+        except GridError:
+            return  # the workers report the grid's error
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if cells and tr is not None:
+            tr.write_line(self.estimate(cells).line())
 
     def complete_record(self, cell: Cell, verdict: Optional["Verdict"] = None) -> Optional[dict[str, Any]]:
         """The cell's stored record if ``--resume`` keeps it (``resume_verdict``), marked ``resumed``;

@@ -1,0 +1,183 @@
+"""The grid's cost estimate (mebench.harness.cost) and this machine's measured step times (mebench.calibration).
+
+The estimate sizes the large-run guard and the line the grid prints before it runs; it must count
+every phase that costs time (issue 40: a grid that printed "about 0.0 CPU-hours" ran 47 minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from mebench.harness.cost import DETECTOR_FORWARDS, estimate
+
+REPO = Path(__file__).resolve().parents[1]
+#: Fake step times: one SGD step of 128 images 0.128 s (1 ms an image), one forward 0.1 ms an image.
+T, F = 0.128, 1e-4
+
+
+def fake_times(arch: str, shape: tuple, num_classes: int) -> dict:
+    scale = 100.0 if arch == "wrn22_2" else 1.0
+    return {"train_step_s": T * scale, "forward_image_s": F * scale, "measured_at": "2026-01-01T00:00"}
+
+
+def phases(cfg, **kw) -> dict:
+    return estimate([cfg], threads=1, times=fake_times, **kw).phases
+
+
+def test_track_a_and_queries_follow_the_budget(make_cfg) -> None:
+    # Track A: sum of S(B) = ceil(0.2 B) steps (§8) at the measured step; queries: one victim forward each
+    from mebench.data.profiles import PROFILES
+
+    cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]})
+    p = phases(cfg)
+    test_size = PROFILES.get(cfg.dataset.name).test_size
+    assert p["track_a"] == pytest.approx((40 + 100) * T + 2 * test_size * F)
+    assert p["queries"] == pytest.approx(500 * F)
+    assert p["transfer"] == p["transfer_reference"] == p["defense_fit"] == p["detection"] == 0.0
+
+
+def test_transfer_and_its_reference_model_are_counted(make_cfg) -> None:
+    # issue 40: transferability trains an independent reference model (S(train_size) steps) and runs
+    # FGSM + 40-step PGD per scored model; a cached reference is one term switched off
+    from mebench.data.profiles import PROFILES
+    from mebench.training.loop import steps_for_budget
+
+    cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]},
+                   measure={"transfer": {"methods": ["fgsm", "pgd"], "images": 300}})
+    prof = PROFILES.get(cfg.dataset.name)
+    p = phases(cfg)
+    assert p["transfer_reference"] == pytest.approx(steps_for_budget(prof.train_size, 0.2) * T)
+    per_model = (1 + prof.pgd_steps) * 300 * T / 128 + 2 * 300 * F
+    assert p["transfer"] == pytest.approx((2 + 2) * per_model)  # 2 checkpoints x Track A, victim and independent rows
+    assert phases(cfg, reference_cached=True)["transfer_reference"] == 0.0
+    # trained once per process: three cells on two workers train it twice, not three times
+    three = estimate([cfg] * 3, threads=1, workers=2, times=fake_times)
+    assert three.phases["transfer_reference"] == pytest.approx(2 * p["transfer_reference"])
+
+
+def test_defense_fit_utility_and_detection_streams_are_counted(make_cfg) -> None:
+    from mebench.data.profiles import PROFILES
+
+    budget = {"max_budget": 500, "checkpoints": [200, 500]}
+    prof = PROFILES.get(make_cfg().dataset.name)
+    am = phases(make_cfg(budget=budget, defense={"name": "adaptive_misinformation",
+                                                 "params": {"recipe": "reference", "outlier_source": "none"}}))
+    assert am["defense_fit"] == pytest.approx(round(20 * prof.train_size / 128) * T)  # 20 epochs, batch 128
+    assert am["defense_utility"] == pytest.approx(prof.test_size * 2 * F)  # victim + misinformation model
+    assert am["queries"] == pytest.approx(500 * 2 * F)
+    prada = phases(make_cfg(budget=budget, defense={"name": "prada"},
+                           measure={"detection": {"benign_streams": 3}}))
+    per_image = (1 + DETECTOR_FORWARDS["prada"]) * F  # the victim, then PRADA's distances
+    assert prada["detection"] == pytest.approx(3 * 500 * per_image)  # 3 benign streams of max_budget images
+    assert prada["queries"] == pytest.approx(500 * per_image)
+
+
+def test_attack_loops_count_their_own_models() -> None:
+    # DFME: per iteration of 256*2 + 5*256 = 1792 queries, 5 student steps of 256, 512 probe forwards;
+    # MAZE: per iteration of 128*(4 + 11) = 1920 queries, 15 clone steps of 128 on its own architecture
+    from mebench.attacks import ATTACKS
+
+    Dfme, Maze = ATTACKS.get("dfme"), ATTACKS.get("maze")
+    d = Dfme.training_cost(Dfme.Params(), (17920,), 17920)
+    assert (d.substitute_examples, d.forward_examples, d.model_arch) == (10 * 1280, 10 * 512, None)
+    assert d.generator_examples == pytest.approx(10 * (256 + 1280 / 3))
+    m = Maze.training_cost(Maze.Params(), (19200,), 19200)
+    assert (m.substitute_examples, m.forward_examples, m.model_arch) == (10 * 128 * 15, 10 * 128 * 11, "wrn22_2")
+
+
+def test_maze_clone_cost_uses_the_clone_architecture(make_cfg) -> None:
+    cfg = make_cfg(dataset={"data_mode": "data_free", "surrogate_name": None},
+                   attack={"name": "maze", "params": {"clone_arch": "wrn22_2", "batch_size": 8, "ndirs": 2,
+                                                      "latent_dim": 8, "generator_width": 4}},
+                   budget={"max_budget": 400, "checkpoints": [400]})
+    p = phases(cfg)
+    from mebench.attacks import ATTACKS
+    from mebench.config.plan import resolve
+
+    own = ATTACKS.get("maze").training_cost(resolve(cfg).attack.params, (400,), 400)
+    assert p["attack"] >= own.substitute_examples * 100 * T / 128  # the WRN step, not the substitute's
+
+
+def test_wall_time_divides_among_workers(make_cfg) -> None:
+    cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]})
+    one = estimate([cfg] * 4, threads=1, workers=1, times=fake_times)
+    two = estimate([cfg] * 4, threads=1, workers=2, times=fake_times)
+    slowdown = max(1.0, 2 / two.cpus)
+    assert two.wall_seconds == pytest.approx(one.wall_seconds / 2 * slowdown)
+    assert "4 grid cells selected" in two.line() and "on 2 workers x 1 thread" in two.line()
+
+
+def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch) -> None:
+    from mebench import calibration
+
+    monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(calibration, "measure", lambda *a, **k: calls.append(a) or {"train_step_s": 0.02,
+                                                                                    "forward_image_s": 1e-4})
+    first = calibration.step_times("tiny_mlp", (1, 8, 8), 4, threads=1)
+    again = calibration.step_times("tiny_mlp", (1, 8, 8), 4, threads=1)
+    assert len(calls) == 1 and first == again and first["train_step_s"] == 0.02
+    stored = json.loads(Path(first["path"]).read_text())
+    assert Path(first["path"]).parent == tmp_path / "calibration"
+    assert {"arch", "threads", "device", "torch", "cpu", "input_shape"} <= set(stored["key"])
+    calibration.step_times("tiny_mlp", (1, 8, 8), 4, threads=2)  # another thread count is another entry
+    assert len(calls) == 2
+    Path(first["path"]).write_text("{truncated")  # a corrupt entry is measured again, never read
+    assert calibration.step_times("tiny_mlp", (1, 8, 8), 4, threads=1)["train_step_s"] == 0.02 and len(calls) == 3
+
+
+def test_a_real_probe_measures_positive_times(tmp_path, monkeypatch) -> None:
+    from mebench import calibration
+
+    monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(calibration, "TRAIN_STEPS", 3)
+    t = calibration.step_times("tiny_mlp", (1, 8, 8), 4, threads=1)
+    assert 0 < t["forward_image_s"] < t["train_step_s"] < 5.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["random", "dfme"])
+def test_estimate_is_within_a_factor_of_two_of_a_real_cell(case, tmp_path, monkeypatch, data_root) -> None:
+    # issue 40 done-when: estimate vs actual on small real MNIST cells through the engine, calibrated now
+    import torch
+    import yaml
+
+    from mebench import engine
+    from mebench.config import parse_config
+    from mebench.testing import deep_update
+
+    monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    raw = yaml.safe_load((REPO / "configs/mnist_lenet5_random_soft.yaml").read_text())
+    over = {"random": {"budget": {"max_budget": 500, "checkpoints": [250, 500]}},
+            "dfme": {"dataset": {"data_mode": "data_free", "surrogate_name": None},
+                     "attack": {"name": "dfme", "params": {"batch_size": 64}},
+                     "budget": {"max_budget": 896, "checkpoints": [448, 896]}}}[case]
+    raw = deep_update(raw, {"run": {"seeds": [0], "output_dir": str(tmp_path / "runs")},
+                            "victim": {"checkpoint_ref": str(REPO / "victims" / "mnist_lenet5.pt")},
+                            "dataset": {"data_root": str(data_root)}, **over})
+    cfg = parse_config(raw)
+    assert torch.get_num_threads() == 1
+    predicted = estimate([cfg], threads=1).wall_seconds  # probes this machine now, at its current load
+    t0 = time.perf_counter()
+    engine.run(cfg, progress=False)
+    actual = time.perf_counter() - t0
+    assert predicted / 2 <= actual <= predicted * 2, f"estimate {predicted:.1f} s, actual {actual:.1f} s"
+
+
+def test_measured_times_follow_the_load(make_cfg, monkeypatch) -> None:
+    # a step measured on an idle 2-CPU machine takes about twice as long at load 4 (each process gets half a CPU)
+    import mebench.threads
+    from mebench.calibration import load_factor
+
+    monkeypatch.setattr(mebench.threads, "usable_cpus", lambda: 2)
+    assert load_factor(0.5, 4.0, 2) == 2.0 and load_factor(6.0, 3.0, 2) == 0.5 and load_factor(None, 9.0, 2) == 1.0
+    cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]})
+    at = lambda load: lambda *a: {**fake_times(*a), "load": load}  # noqa: E731
+    idle = estimate([cfg], threads=1, times=at(1.0), load=1.0)
+    busy = estimate([cfg], threads=1, times=at(1.0), load=4.0)
+    assert busy.phases["track_a"] == pytest.approx(2 * idle.phases["track_a"])
+    assert "load 4.0 now vs 1.0 then" in busy.line()
