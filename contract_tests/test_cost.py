@@ -41,22 +41,35 @@ def test_track_a_and_queries_follow_the_budget(make_cfg) -> None:
 
 
 def test_transfer_and_its_reference_model_are_counted(make_cfg) -> None:
-    # issue 40: transferability trains an independent reference model (S(train_size) steps) and runs
-    # FGSM + 40-step PGD per scored model; a cached reference is one term switched off
+    # issue 40: transferability trains an independent reference ensemble (S(train_size) steps per
+    # member) and runs FGSM + 40-step PGD per scored model and per ε of its curve; a cached
+    # ensemble is one term switched off
     from mebench.data.profiles import PROFILES
     from mebench.training.loop import steps_for_budget
 
     cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]},
-                   measure={"transfer": {"methods": ["fgsm", "pgd"], "images": 300}})
+                   measure={"transfer": {"methods": ["fgsm", "pgd"], "images": 300, "eps": [0.1, 0.2],
+                                         "references": 2}})
     prof = PROFILES.get(cfg.dataset.name)
     p = phases(cfg)
-    assert p["transfer_reference"] == pytest.approx(steps_for_budget(prof.train_size, 0.2) * T)
-    per_model = (1 + prof.pgd_steps) * 300 * T / 128 + 2 * 300 * F
-    assert p["transfer"] == pytest.approx((2 + 2) * per_model)  # 2 checkpoints x Track A, victim and independent rows
+    assert p["transfer_reference"] == pytest.approx(2 * steps_for_budget(prof.train_size, 0.2) * T)
+    per_model = 2 * ((1 + prof.pgd_steps) * 300 * T / 128 + 2 * 300 * F)  # two ε
+    assert p["transfer"] == pytest.approx((2 + 1 + 2) * per_model)  # 2 checkpoints x Track A, victim, 2 members
     assert phases(cfg, reference_cached=True)["transfer_reference"] == 0.0
-    # trained once per process: three cells on two workers train it twice, not three times
+    # trained once per process: three cells on two workers train the ensemble twice, not three times
     three = estimate([cfg] * 3, threads=1, workers=2, times=fake_times)
     assert three.phases["transfer_reference"] == pytest.approx(2 * p["transfer_reference"])
+
+
+def test_init_variance_adds_its_trainings(make_cfg) -> None:
+    from mebench.data.profiles import PROFILES
+    from mebench.training.loop import steps_for_budget
+
+    budget = {"max_budget": 500, "checkpoints": [200, 500]}
+    prof = PROFILES.get(make_cfg().dataset.name)
+    plain, varied = phases(make_cfg(budget=budget)), phases(make_cfg(budget=budget, measure={"init_variance": {"inits": 3}}))
+    extra = 3 * (steps_for_budget(500, 0.2) * T + prof.test_size * F)
+    assert varied["track_a"] - plain["track_a"] == pytest.approx(extra)
 
 
 def test_defense_fit_utility_and_detection_streams_are_counted(make_cfg) -> None:

@@ -11,12 +11,14 @@ the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
   GAN examples; ``model`` is the substitute's architecture or the attack's own (MAZE's WRN-22-2 clone);
 - ``track_a``: ``sum_B S(B) * T(substitute)`` plus one pass over the test split per checkpoint;
 - ``track_b``: one pass over the test split per checkpoint for attacks that have Track B;
-- ``transfer``: per scored model (each checkpoint and track, plus the victim and independent rows),
-  ``transfer_images`` images through FGSM (1 input-gradient step) and PGD (``pgd_steps``), a step
-  ``T(substitute) / 128`` an image, and the victim's forward on each method's images;
-- ``transfer_reference``: the independent reference model, ``S(train_size) * T(substitute)``, trained
-  once per process and spec (once per worker in a grid); ``reference_cached=True`` drops the term
-  when the model comes from a disk cache;
+- ``transfer``: per scored model (each checkpoint and track, the victim, each reference member and
+  each init-variance model) and per ε of the curve, ``measure.transfer.images`` images through FGSM
+  (1 input-gradient step) and PGD (``pgd_steps``), a step ``T(substitute) / 128`` an image, and the
+  victim's forward on each method's images;
+- ``transfer_reference``: each member of the independent reference ensemble, ``S(train_size) *
+  T(substitute)``, trained once per spec (counted once per worker in a grid); ``reference_cached=True``
+  drops the term when the members come from the disk cache (``mebench.refcache``);
+- ``init_variance`` (counted in ``track_a``): ``inits`` more Track A trainings at the largest B;
 - ``defense_fit``: Adaptive Misinformation's model, ``epochs * train_size / batch_size`` steps
   (twice the images with outlier exposure) ``* T(victim)``, once per process and parameters;
 - ``defense_utility``: the test split through the defended victim;
@@ -176,13 +178,22 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: bool = False) -> 
     probes = {p.name: p.params for p in getattr(plan, "probes", ())}
     transfer = probes.get("transfer")
     if transfer is not None and transfer.methods:
-        per_model = sum(1 if m == "fgsm" else prof.pgd_steps for m in transfer.methods) \
-            * transfer.images * sub["train_step_s"] / 128 \
-            + len(transfer.methods) * transfer.images * vic["forward_image_s"]
-        s["transfer"] = (n_ckpt * (1 + track_b) + 2) * per_model
+        n_eps = len(transfer.eps or prof.transfer_eps_curve or (prof.transfer_eps,))
+        per_model = n_eps * (sum(1 if m == "fgsm" else prof.pgd_steps for m in transfer.methods)
+                             * transfer.images * sub["train_step_s"] / 128
+                             + len(transfer.methods) * transfer.images * vic["forward_image_s"])
+        s["transfer"] = (n_ckpt * (1 + track_b) + 1 + transfer.references) * per_model
         if not reference_cached:
-            spec = ("transfer_reference", ta.arch, plan.dataset, ta.steps_coeff_c, ta.init_seed, repr(ta.optimizer))
-            once[spec] = steps_for_budget(prof.train_size, ta.steps_coeff_c) * sub["train_step_s"]
+            for member in range(transfer.references):  # each member of the ensemble, once per worker
+                spec = ("transfer_reference", ta.arch, plan.dataset, ta.steps_coeff_c, ta.init_seed,
+                        repr(ta.optimizer), member)
+                once[spec] = steps_for_budget(prof.train_size, ta.steps_coeff_c) * sub["train_step_s"]
+    init_variance = probes.get("init_variance")
+    if init_variance is not None:  # Track A at the largest B again from each other init, scored like Track A
+        s["track_a"] += init_variance.inits * (steps_for_budget(plan.max_budget, ta.steps_coeff_c) * sub["train_step_s"]
+                                               + prof.test_size * sub["forward_image_s"])
+        if transfer is not None and transfer.methods:
+            s["transfer"] += init_variance.inits * per_model
     if d.name != "none":
         s["defense_utility"] = prof.test_size * answer
         fit = defense_fit_steps(d, prof.train_size)
