@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "mebench"
 
 
@@ -33,6 +35,7 @@ def torch_modules_after_importing(names: list[str]) -> list[str]:
 
 
 # issue 35: a report is read on machines without torch; importing any report module loads none.
+@pytest.mark.slow  # a fresh interpreter
 def test_no_report_module_imports_torch():
     names = module_names(PACKAGE / "report", "mebench.report")
     assert len(names) > 5 and torch_modules_after_importing(names) == []
@@ -40,6 +43,7 @@ def test_no_report_module_imports_torch():
 
 # issue 35: the config layer (builder, schema, validation, plan) answers a config mistake before
 # any heavy import, so none of its modules loads torch.
+@pytest.mark.slow  # a fresh interpreter
 def test_no_config_module_imports_torch():
     names = module_names(PACKAGE / "config", "mebench.config")
     assert {"mebench.config.plan", "mebench.config.validation", "mebench.config.builder"} <= set(names)

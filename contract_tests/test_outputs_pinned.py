@@ -24,6 +24,8 @@ import torch
 
 from mebench.testing import deep_update, synthetic_config_dict, synthetic_victim
 
+pytestmark = pytest.mark.slow  # two engine runs with transfer and detection (seconds)
+
 PINNED_FILE = Path(__file__).parent / "data" / "pinned_outputs.json"
 BUDGET = {"max_budget": 200, "checkpoints": [67, 200]}
 CASES: dict[str, dict] = {

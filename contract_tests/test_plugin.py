@@ -98,6 +98,7 @@ def cells_by_id(path: Path) -> dict[str, dict]:
 
 
 # contract 6.1: forbidden attack x data mode / output mode cells are never generated; ids are readable
+@pytest.mark.slow
 def test_grid_ids_and_forbidden_cells(bench: pytest.Pytester) -> None:
     result = bench.runpytest("benchmarks", "--collect-only", "-q")
     assert result.ret == 0, result.stdout.str()
