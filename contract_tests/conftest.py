@@ -82,3 +82,23 @@ def data_root() -> Path:
     if not root or not (Path(root) / "MNIST" / "raw" / "t10k-images-idx3-ubyte").is_file():
         pytest.skip("real MNIST not found: set MEBENCH_DATA_ROOT to a folder with MNIST/raw/ (torchvision layout)")
     return Path(root)
+
+
+@pytest.fixture(scope="session")
+def example_site(tmp_path_factory):
+    """``examples/mebench_example`` installed (offline, no dependencies, no build isolation) into a
+    folder of its own, never into the test environment; tests put it on ``PYTHONPATH``."""
+    import shutil
+    import subprocess
+    import sys
+
+    package = Path(__file__).resolve().parents[1] / "examples" / "mebench_example"
+    target = tmp_path_factory.mktemp("site")
+    src = tmp_path_factory.mktemp("src") / "mebench_example"
+    # setuptools writes build/ and *.egg-info next to the sources: build from a copy, keep examples/ clean
+    shutil.copytree(package, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "--disable-pip-version-check", "--target", str(target), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return target

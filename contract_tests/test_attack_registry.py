@@ -22,7 +22,7 @@ import torch
 
 from mebench.attacks import ATTACKS, Attack, register_attack
 from mebench.testing import (SMOKE_BUDGET, SMOKE_CHECKPOINTS, register_synthetic, smoke_params, smoke_run,
-                             synthetic_victim_net)
+                             swap_synth_test_split, synthetic_victim_net)
 from mebench.types import QueryBatch
 
 register_synthetic()
@@ -44,25 +44,9 @@ def run(name: str, seed: int = 0, which: str = "main", other_test_split: bool = 
 
     before = load_split("SYNTH", Path("."), False)[0]
     with pytest.MonkeyPatch.context() as mp:
-        _swap_test_split(mp)
+        swap_synth_test_split(mp)
         assert not torch.equal(load_split("SYNTH", Path("."), False)[0], before)  # the split really changed
         return smoke_run(name, victim(which), seed)
-
-
-def _swap_test_split(mp: pytest.MonkeyPatch) -> None:
-    """From here on, every reader of SYNTH's test split gets other images and labels."""
-    import mebench.testing as testing
-
-    real = testing._images
-
-    def images(name: str, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = real(name, train)
-        if name != "SYNTH" or train:
-            return x, y
-        g = torch.Generator().manual_seed(99)
-        return torch.randint(0, 256, x.shape, generator=g, dtype=torch.uint8), torch.randint(0, 4, y.shape, generator=g)
-
-    mp.setattr(testing, "_images", images)
 
 
 def same_weights(a: dict[int, Any], b: dict[int, Any]) -> bool:

@@ -163,14 +163,20 @@ def test_estimate_is_within_a_factor_of_two_of_a_real_cell(case, tmp_path, monke
     from mebench.config import parse_config
     from mebench.testing import deep_update
 
+    from mebench.models.registry import build_model
+    from mebench.victims.load import save_victim
+
     monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    victim = tmp_path / "mnist_lenet5_untrained.pt"  # what is timed is the work, not the victim's accuracy
+    torch.manual_seed(0)
+    save_victim(victim, build_model("lenet5", 1, 10, (28, 28), (0.0,), (1.0,)).net, "lenet5", 10, 1, (28, 28))
     raw = yaml.safe_load((REPO / "configs/mnist_lenet5_random_soft.yaml").read_text())
     over = {"random": {"budget": {"max_budget": 500, "checkpoints": [250, 500]}},
             "dfme": {"dataset": {"data_mode": "data_free", "surrogate_name": None},
                      "attack": {"name": "dfme", "params": {"batch_size": 64}},
                      "budget": {"max_budget": 896, "checkpoints": [448, 896]}}}[case]
     raw = deep_update(raw, {"run": {"seeds": [0], "output_dir": str(tmp_path / "runs")},
-                            "victim": {"checkpoint_ref": str(REPO / "victims" / "mnist_lenet5.pt")},
+                            "victim": {"checkpoint_ref": str(victim)},
                             "dataset": {"data_root": str(data_root)}, **over})
     cfg = parse_config(raw)
     assert torch.get_num_threads() == 1

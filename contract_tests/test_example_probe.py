@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -46,18 +45,11 @@ print(json.dumps({"rows": rows, "probes": plan["probes"]}))
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The example package installed (offline, no dependencies, no build isolation) into its own folder."""
-    target = tmp_path_factory.mktemp("site")
-    src = tmp_path_factory.mktemp("src") / "mebench_example"
-    shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--disable-pip-version-check", "--target", str(target), str(src)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (dist,) = target.glob("mebench_example-*.dist-info")
+def site(example_site: Path) -> Path:
+    """The example package installed offline into its own folder (``conftest.example_site``)."""
+    dist = next(example_site.glob("mebench_example-*.dist-info"))
     assert "[mebench.probes]" in (dist / "entry_points.txt").read_text()
-    return target
+    return example_site
 
 
 def _measure(tmp_path: Path, site: Path | None) -> dict:

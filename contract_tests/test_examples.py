@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -132,20 +131,11 @@ def _mebench_cmd() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The example package installed (offline, no dependencies, no build isolation) into its own folder."""
-    target = tmp_path_factory.mktemp("site")
-    src = tmp_path_factory.mktemp("src") / "mebench_example"
-    # setuptools writes build/ and *.egg-info next to the sources: build from a copy, keep examples/ clean
-    shutil.copytree(PACKAGE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--disable-pip-version-check", "--target", str(target), str(src)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (dist,) = target.glob("mebench_example-*.dist-info")
-    written = (dist / "entry_points.txt").read_text()
+def site(example_site: Path) -> Path:
+    """The example package installed offline into its own folder (``conftest.example_site``)."""
+    written = next(example_site.glob("mebench_example-*.dist-info")).joinpath("entry_points.txt").read_text()
     assert all(f"[{group}]" in written for group in GROUPS)
-    return target
+    return example_site
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from mebench.attacks import ATTACKS as ATTACK_CLASSES
+from mebench.testing import swap_synth_test_split
 from test_dfme import TINY as TINY_DFME  # each generative attack's tiny preset lives in its own test module
 from test_dfms import TINY as TINY_DFMS
 from test_maze import TINY as TINY_MAZE
@@ -46,22 +47,6 @@ ATTACKS = [
     ("dfms", {"name": "dfms", "params": TINY_DFMS}, {}),
     ("dfms_hl", {"name": "dfms_hl", "output_mode": "hard_top1", "params": TINY_DFMS}, {}),
 ]
-
-
-def other_test_split(monkeypatch) -> None:
-    """From here on, every reader of SYNTH's test split gets other images and labels."""
-    import mebench.testing as testing
-
-    real = testing._images
-
-    def images(name: str, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = real(name, train)
-        if name != "SYNTH" or train:
-            return x, y
-        g = torch.Generator().manual_seed(99)
-        return torch.randint(0, 256, x.shape, generator=g, dtype=torch.uint8), torch.randint(0, 4, y.shape, generator=g)
-
-    monkeypatch.setattr(testing, "_images", images)
 
 
 def fingerprint(cfg, out: Path, tamper: Optional[Callable[[Any], None]] = None) -> dict[str, Any]:
@@ -124,7 +109,7 @@ def test_track_b_and_queries_do_not_depend_on_the_test_split(make_cfg, tmp_path,
     cfg = config(make_cfg, attack, other)
     validate(cfg)
     first = fingerprint(cfg, tmp_path / "a")
-    other_test_split(monkeypatch)
+    swap_synth_test_split(monkeypatch)
     second = fingerprint(cfg, tmp_path / "b")
     assert not torch.equal(first["test_x"], second["test_x"])  # the test split really changed...
     assert first["agreement_b"] != second["agreement_b"]  # ...and the scores with it
@@ -150,6 +135,6 @@ def test_the_check_catches_a_track_b_that_reads_the_test_split(make_cfg, tmp_pat
 
     cfg = config(make_cfg, *ATTACKS[5][1:])  # copycat
     first = fingerprint(cfg, tmp_path / "a", peek)
-    other_test_split(monkeypatch)
+    swap_synth_test_split(monkeypatch)
     second = fingerprint(cfg, tmp_path / "b", peek)
     assert torch.equal(first["x"], second["x"]) and not same_run(first, second)

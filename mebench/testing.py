@@ -17,6 +17,7 @@ substitute can really learn from the victim: metrics move with the budget.
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -286,3 +287,20 @@ def smoke_run(name: str, victim_net: nn.Module, seed: int = 0, budget: int = SMO
     x, y = state.store.prefix(oracle.queries_used)
     return {"x": x.clone(), "y": y.clone(), "seen": spy.seen, "queries_used": oracle.queries_used,
             "at_checkpoint": at, "track_b": track_b}
+
+
+def swap_synth_test_split(monkeypatch: Any) -> None:
+    """From here on, every reader of SYNTH's test split gets other images and labels (the train
+    split is untouched): what a test needs to show a result does not depend on the test split."""
+    import torch
+
+    real = _images
+
+    def images(name: str, train: bool) -> tuple["torch.Tensor", "torch.Tensor"]:
+        x, y = real(name, train)
+        if name != "SYNTH" or train:
+            return x, y
+        g = torch.Generator().manual_seed(99)
+        return torch.randint(0, 256, x.shape, generator=g, dtype=torch.uint8), torch.randint(0, 4, y.shape, generator=g)
+
+    monkeypatch.setattr(sys.modules[__name__], "_images", images)
