@@ -68,3 +68,15 @@ def test_every_cli_option_has_help_text(command: list[str], capsys: pytest.Captu
                 words[0].startswith("-") and len(words) > 1 and words[1].isupper()):
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
             assert nxt.startswith(" " * 10), f"{' '.join(command)}: {line.strip()} has no help text"
+
+
+# issue 35: the probes a config can name under measure.<probe>, with their parameters
+def test_list_probes_names_each_with_its_params(capsys: pytest.CaptureFixture[str]) -> None:
+    from mebench.probes import PROBES
+
+    assert main(["list", "probes"]) == 0
+    out = capsys.readouterr().out
+    for name in PROBES.names():
+        assert f"  {name} " in out
+    assert "init_variance" in out and "when named (measure.init_variance)" in out and "inits=5" in out
+    assert "transfer" in out and "references=3" in out

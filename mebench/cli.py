@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="curves, leaderboard and comparisons from runs or JSON reports (mebench report --help)")
     sub.add_parser("docs", add_help=False,  # its arguments belong to mebench.docs (mebench docs --help)
                    help="regenerate the result tables of README.md and docs/ from results/ (--check: CI)")
-    ls = sub.add_parser("list", help="registered attacks and defenses (paper, modes), datasets, models; victims")
+    ls = sub.add_parser("list", help="registered attacks and defenses (paper, modes), measurement probes, datasets, models; victims")
     ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
 
@@ -252,7 +252,7 @@ def cmd_report(argv: Sequence[str]) -> int:
     return int(report_main(list(argv)) or 0)
 
 
-LIST_KINDS = ("attacks", "defenses", "datasets", "models", "victims")
+LIST_KINDS = ("attacks", "defenses", "probes", "datasets", "models", "victims")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -277,6 +277,14 @@ def cmd_list(args: argparse.Namespace) -> int:
                 cls = DEFENSES.get(name)
                 params = ", ".join(f"{k}={v}" for k, v in vars(cls.Params()).items()) or "-"
                 print(f"  {name:<20} {cls.paper} [params: {params}; output: {', '.join(sorted(cls.output_modes))}]")
+        elif kind == "probes":
+            from mebench.probes import PROBES
+
+            for name in PROBES.names():
+                cls = PROBES.get(name)
+                params = ", ".join(f"{k}={v}" for k, v in vars(cls.Params()).items()) or "-"
+                when = "built in" if cls.runs_by_default else f"when named (measure.{name})"
+                print(f"  {name:<20} {when} [params: {params}; metrics: {', '.join(cls.metrics) or '-'}]")
         elif kind == "datasets":
             for name in PROFILES.names():
                 p = PROFILES.get(name)
