@@ -200,3 +200,20 @@ def test_measured_times_follow_the_load(make_cfg, monkeypatch) -> None:
     busy = estimate([cfg], threads=1, times=at(1.0), load=4.0)
     assert busy.phases["track_a"] == pytest.approx(2 * idle.phases["track_a"])
     assert "load 4.0 now vs 1.0 then" in busy.line()
+
+
+@pytest.mark.slow
+def test_a_cached_reference_ensemble_is_not_charged_again(make_cfg, one_thread) -> None:
+    # issue 40: once a run has the ensemble in the disk cache (mebench.refcache), the estimate of the
+    # same plan on this machine drops its training; another ensemble size is not the same ensemble
+    from mebench import engine
+
+    cfg = make_cfg(budget={"max_budget": 120, "checkpoints": [60, 120]},
+                   measure={"transfer": {"methods": ["fgsm"], "images": 16, "eps": [0.2], "references": 1}})
+    before = phases(cfg)["transfer_reference"]
+    assert before > 0
+    engine.run(cfg, progress=False)
+    assert phases(cfg)["transfer_reference"] == 0.0
+    two = make_cfg(budget={"max_budget": 120, "checkpoints": [60, 120]},
+                   measure={"transfer": {"methods": ["fgsm"], "images": 16, "eps": [0.2], "references": 2}})
+    assert phases(two)["transfer_reference"] > 0

@@ -148,10 +148,44 @@ def reference_specs(base: TrackASpec, k: int, checkpoint_ref: Optional[str], tra
 
 
 def reference_ensemble(base: TrackASpec, k: int, checkpoint_ref: Optional[str], device: torch.device | str,
-                       x: torch.Tensor, y: torch.Tensor) -> list[nn.Module]:
-    """The ``k`` reference models, each from the cache or trained once (``load_or_train``)."""
+                       x: torch.Tensor, y: torch.Tensor, index: Optional[dict[str, Any]] = None) -> list[nn.Module]:
+    """The ``k`` reference models, each from the cache or trained once (``load_or_train``); with an
+    ``index`` key (``ensemble_key``), the ensemble's entries are recorded under it for estimates."""
     fp = data_fingerprint(x, y)
-    return [load_or_train(spec, device, x, y, fp) for spec in reference_specs(base, k, checkpoint_ref, len(x))]
+    specs = reference_specs(base, k, checkpoint_ref, len(x))
+    models = [load_or_train(spec, device, x, y, fp) for spec in specs]
+    if index is not None:
+        paths = [str(entry(cache_key(spec, device, torch.get_num_threads(), fp))) for spec in specs]
+        path = cachedir.entry_path(INDEX_KIND, index, ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        artifacts.atomic_write_text(path, json.dumps({"key": index, "entries": paths}, sort_keys=True, indent=1))
+    return models
+
+
+#: Index entries: which cached models make up the ensemble of a run plan (``ensemble_key``), so a
+#: cost estimate can tell, without loading any data, that a run will not train them.
+INDEX_KIND = "reference-index"
+
+
+def ensemble_key(plan: Any, k: int, device: torch.device | str, threads: int) -> dict[str, Any]:
+    """What a plan's reference ensemble depends on, as the plan states it: dataset, victim file hash,
+    Track A recipe, ensemble size, device, thread count and code identity (not the data's bytes:
+    an estimate does not read the data; ``cache_key`` does, for the models themselves)."""
+    from mebench.serial import jsonable
+
+    return {"dataset": plan.dataset, "victim_sha256": plan.victim.checkpoint_sha256,
+            "track_a": jsonable(dataclasses.asdict(plan.track_a)), "k": int(k), "device": str(torch.device(device)),
+            "threads": int(threads), "code": identity.code_identity()}
+
+
+def ensemble_cached(key: dict[str, Any]) -> bool:
+    """Whether a run with this ``ensemble_key`` found (or left) every member in the cache."""
+    path = cachedir.entry_path(INDEX_KIND, key, ".json")
+    try:
+        entries = json.loads(path.read_text())["entries"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(entries) and all(Path(e).is_file() for e in entries)
 
 
 def missing_members(base: TrackASpec, k: int, checkpoint_ref: Optional[str], device: torch.device | str,

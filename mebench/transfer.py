@@ -252,12 +252,15 @@ def evaluator_for(params: Any, prep: Any, seed: int) -> TransferEvaluator:
 def reference_models(cfg: Any, k: int, num_classes: int, device: torch.device, x: torch.Tensor, y: torch.Tensor
                      ) -> list[nn.Module]:
     """The ``independent`` reference ensemble of ``k`` models (``measure.transfer.references``;
-    ``mebench.refcache``: trained once per machine and code identity)."""
-    from mebench.refcache import reference_ensemble
+    ``mebench.refcache``: trained once per machine and code identity), indexed by the run's plan
+    so a cost estimate knows it is cached."""
+    from mebench.config.plan import resolve
+    from mebench.refcache import ensemble_key, reference_ensemble
     from mebench.training.track_a import TrackASpec
 
     base = TrackASpec.from_config(cfg, num_classes)
-    return reference_ensemble(base, k, _victim_file(cfg), device, x, y)
+    index = ensemble_key(resolve(cfg), k, device, torch.get_num_threads())
+    return reference_ensemble(base, k, _victim_file(cfg), device, x, y, index=index)
 
 
 def _victim_file(cfg: Any) -> Optional[str]:

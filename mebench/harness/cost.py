@@ -112,11 +112,12 @@ def human(seconds: float) -> str:
 
 
 def estimate(runs: Iterable[Any], *, workers: int = 1, threads: Optional[int] = None, device: str = "cpu",
-             reference_cached: bool = False, times: Optional[Times] = None, load: Optional[float] = None) -> Cost:
+             reference_cached: Optional[bool] = None, times: Optional[Times] = None, load: Optional[float] = None) -> Cost:
     """The estimate for ``runs`` (``RunPlan``s, or ``RunConfig``s resolved for their first seed) run on
     ``workers`` processes of ``threads`` torch threads each (default: this process's count), at the
     machine's 1-minute ``load`` average (default: now; measured times are rescaled from the load
-    they were measured at, ``calibration.load_factor``)."""
+    they were measured at, ``calibration.load_factor``). ``reference_cached`` None asks the disk
+    cache per plan (``refcache.ensemble_cached``); True or False says it for every plan."""
     import torch
 
     from mebench.calibration import load_now
@@ -145,7 +146,7 @@ def estimate(runs: Iterable[Any], *, workers: int = 1, threads: Optional[int] = 
                 usable_cpus(), probe.describe())
 
 
-def cell_seconds(plan: Any, probe: "_Probe", reference_cached: bool = False) -> tuple[dict[str, float], dict]:
+def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = False) -> tuple[dict[str, float], dict]:
     """One cell's seconds per phase, and the work shared by the cells of one process (``{(phase, spec): s}``)."""
     from mebench.attacks import ATTACKS
     from mebench.data.profiles import PROFILES
@@ -183,6 +184,10 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: bool = False) -> 
                              * transfer.images * sub["train_step_s"] / 128
                              + len(transfer.methods) * transfer.images * vic["forward_image_s"])
         s["transfer"] = (n_ckpt * (1 + track_b) + 1 + transfer.references) * per_model
+        if reference_cached is None:
+            from mebench.refcache import ensemble_cached, ensemble_key
+
+            reference_cached = ensemble_cached(ensemble_key(plan, transfer.references, probe.device, probe.threads))
         if not reference_cached:
             for member in range(transfer.references):  # each member of the ensemble, once per worker
                 spec = ("transfer_reference", ta.arch, plan.dataset, ta.steps_coeff_c, ta.init_seed,
