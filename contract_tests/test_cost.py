@@ -25,6 +25,8 @@ def fake_times(arch: str, shape: tuple, num_classes: int) -> dict:
 
 
 def phases(cfg, **kw) -> dict:
+    """Phases with fake step times; the reference ensemble counted as not cached unless ``reference_cached`` says."""
+    kw.setdefault("reference_cached", False)
     return estimate([cfg], threads=1, times=fake_times, **kw).phases
 
 
@@ -57,7 +59,7 @@ def test_transfer_and_its_reference_model_are_counted(make_cfg) -> None:
     assert p["transfer"] == pytest.approx((2 + 1 + 2) * per_model)  # 2 checkpoints x Track A, victim, 2 members
     assert phases(cfg, reference_cached=True)["transfer_reference"] == 0.0
     # trained once per process: three cells on two workers train the ensemble twice, not three times
-    three = estimate([cfg] * 3, threads=1, workers=2, times=fake_times)
+    three = estimate([cfg] * 3, threads=1, workers=2, times=fake_times, reference_cached=False)
     assert three.phases["transfer_reference"] == pytest.approx(2 * p["transfer_reference"])
 
 
@@ -203,17 +205,19 @@ def test_measured_times_follow_the_load(make_cfg, monkeypatch) -> None:
 
 
 @pytest.mark.slow
-def test_a_cached_reference_ensemble_is_not_charged_again(make_cfg, one_thread) -> None:
+def test_a_cached_reference_ensemble_is_not_charged_again(make_cfg, one_thread, tmp_path, monkeypatch) -> None:
     # issue 40: once a run has the ensemble in the disk cache (mebench.refcache), the estimate of the
     # same plan on this machine drops its training; another ensemble size is not the same ensemble
     from mebench import engine
 
+    monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path / "cache"))  # empty: no earlier test's ensemble
+
     cfg = make_cfg(budget={"max_budget": 120, "checkpoints": [60, 120]},
                    measure={"transfer": {"methods": ["fgsm"], "images": 16, "eps": [0.2], "references": 1}})
-    before = phases(cfg)["transfer_reference"]
+    before = phases(cfg, reference_cached=None)["transfer_reference"]  # None: ask the disk cache
     assert before > 0
     engine.run(cfg, progress=False)
-    assert phases(cfg)["transfer_reference"] == 0.0
+    assert phases(cfg, reference_cached=None)["transfer_reference"] == 0.0
     two = make_cfg(budget={"max_budget": 120, "checkpoints": [60, 120]},
                    measure={"transfer": {"methods": ["fgsm"], "images": 16, "eps": [0.2], "references": 2}})
-    assert phases(two)["transfer_reference"] > 0
+    assert phases(two, reference_cached=None)["transfer_reference"] > 0

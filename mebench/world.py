@@ -66,7 +66,9 @@ class Prepared:
     surrogate_images: Optional[torch.Tensor] = None
     surrogate_labels: Optional[torch.Tensor] = None  # the surrogate dataset's own classes (pool labels)
     victim_train_images: Optional[torch.Tensor] = None
-    transfer_reference: Optional[torch.nn.Module] = None
+    #: the independent reference ensembles built so far, by (Track A spec, size, victim file): a grid
+    #: process shares one Prepared among cells whose transfer settings may differ (``reference_for``)
+    transfer_reference: dict = field(default_factory=dict)
     seconds: float = 0.0
     data_root: Optional[Path] = None
     download: bool = False
@@ -114,9 +116,22 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
         if cfg.dataset.data_mode == "seed":
             prep.victim_train_images = train_x
         if transfer.methods:
-            prep.transfer_reference = reference_models(cfg, transfer.references, num_classes, device, train_x, train_y)
+            reference_for(cfg, prep, transfer.references, (train_x, train_y))
     prep.seconds = time.perf_counter() - t0
     return prep
+
+
+def reference_for(cfg: RunConfig, prep: Prepared, k: int,
+                  train: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> list[torch.nn.Module]:
+    """The ``k``-model independent reference ensemble for ``cfg``'s Track A recipe, built once per
+    process (and, through ``mebench.refcache``, once per machine) on the victim's training split."""
+    if k <= 0:
+        return []
+    key = (repr(TrackASpec.from_config(cfg, prep.num_classes)), int(k), cfg.victim.checkpoint_ref)
+    if key not in prep.transfer_reference:
+        x, y = train if train is not None else prep.split(prep.profile.name, True)
+        prep.transfer_reference[key] = reference_models(cfg, k, prep.num_classes, prep.device, x, y)
+    return prep.transfer_reference[key]
 
 
 def transfer_params(cfg: RunConfig) -> Any:

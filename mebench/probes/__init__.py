@@ -3,7 +3,7 @@
 Built-ins register here, in the order the engine tells them each event: the defense's utility
 and the detector's marks, Track B, Track A, then what measures their substitutes (health,
 transferability). Third-party probes register through the entry-point group ``mebench.probes``
-(see ``docs/extending/probes.md``) and run after the built-ins.
+(see ``docs/extending/probe.md``) and run after the built-ins.
 """
 
 from mebench.probes.base import (MEASUREMENT_COLUMNS, PROBES, NoParams, Probe, Scored, measurement, merge_section,

@@ -16,7 +16,7 @@ from typing import Any
 
 from mebench.probes.base import Probe, Scored, register_probe
 from mebench.transfer import evaluator_for, write_records
-from mebench.world import World
+from mebench.world import World, reference_for
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ class Transfer(Probe):
         prep = world.prep  # the victim through the evaluation path: never the oracle, never the attack
         self.evaluator = evaluator_for(self.params, prep, world.seed)
         t0 = time.perf_counter()
-        self.rows += self.evaluator.reference_rows(world.seed, prep.transfer_reference)
+        references = reference_for(world.cfg, prep, self.params.references)  # the cell's own ensemble
+        self.rows += self.evaluator.reference_rows(world.seed, references)
         self.timings["transfer"] += time.perf_counter() - t0
 
     def substitute(self, world: World, scored: Scored) -> None:
