@@ -141,4 +141,5 @@ def test_a_snapshot_recipe_writes_one_snapshot_per_epoch(tmp_path, monkeypatch):
     assert any(not torch.equal(snaps["state_dicts"][0][k], final[k]) for k in final)
     meta = json.loads((tmp_path / "s.json").read_text())
     assert meta["snapshots"]["count"] == 2 and meta["snapshots"]["steps"] == [3, 6]
-    assert not (tmp_path / "p.snapshots.pt").exists() and "snapshots" not in json.loads((tmp_path / "p.json").read_text())
+    assert not (tmp_path / "p.snapshots.pt").exists()
+    assert "snapshots" not in json.loads((tmp_path / "p.json").read_text())

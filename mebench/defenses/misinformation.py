@@ -32,9 +32,9 @@ here; OE labels are the *fixed* victim's top class, where the reference trains v
 misinformation model together and labels OE images by the victim's current state
 (admis/utils/model.py:117-133; the option ``oe_labels: joint`` approximates that from the victim's
 per-epoch snapshots, ``mebench.victims.snapshots``, to measure the difference); and the detector is
-the maximum softmax probability of whatever victim the cell names: the reference's victim is trained with Outlier Exposure (λ = 1,
-admis/utils/model.py:121, 146; README.md:18), which mebench's ``*_oe`` victim recipes reproduce
-(``mebench.victims.outlier_exposure``), while its standard victims are plain.
+the maximum softmax probability of whatever victim the cell names: the reference's victim is trained
+with Outlier Exposure (λ = 1, admis/utils/model.py:121, 146; README.md:18), which mebench's ``*_oe``
+victim recipes reproduce (``mebench.victims.outlier_exposure``), while its standard victims are plain.
 """
 
 from __future__ import annotations
