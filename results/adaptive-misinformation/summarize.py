@@ -154,16 +154,15 @@ def source_table(recs: dict) -> str:
 
 
 def _snapshot_records(set_dir: Path, folder: str, label: str) -> list[dict]:
-    """The ``snapshots`` entries the joint cells recorded (summary.json ``answer_transforms``)."""
+    """The ``snapshots`` entries the joint cells recorded (summary.json ``defense.fitted.outliers``)."""
     out = []
     for path in sorted((set_dir / folder / "cells").glob("*/summary.json")):
         d = json.loads(path.read_text())
         if (d["defense"].get("label") or d["defense"]["name"]) != label:
             continue
-        for t in d.get("answer_transforms") or []:
-            snaps = (t.get("outliers") or {}).get("snapshots")
-            if snaps:
-                out.append(snaps)
+        snaps = (((d["defense"].get("fitted") or {}).get("outliers")) or {}).get("snapshots")
+        if snaps:
+            out.append(snaps)
     return out
 
 
