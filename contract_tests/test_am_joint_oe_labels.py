@@ -20,7 +20,6 @@ import torch
 from mebench.config.validation import validate
 from mebench.defenses import DefenseContext
 from mebench.defenses.misinformation import AdaptiveMisinformation, snapshot_index
-from mebench.defenses.outliers import victim_top_class
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.testing import _images

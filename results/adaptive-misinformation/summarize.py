@@ -167,7 +167,7 @@ def _snapshot_records(set_dir: Path, folder: str, label: str) -> list[dict]:
 
 
 def joint_table(recs: dict, set_dir: Path) -> str:
-    ds, folder, victim, frozen, joint = JOINT
+    _, folder, victim, frozen, joint = JOINT
     rows = ["| OE labels | defended test acc | " + " | ".join(
         f"AM @{b // 1000}k | protection @{b // 1000}k" for b in BUDGETS) + " |", "|" + "---|" * (2 + 2 * len(BUDGETS))]
     for label, name in ((frozen, "`frozen` (trained victim)"), (joint, "`joint` (per-epoch snapshots)")):
