@@ -197,7 +197,8 @@ def defense_context(cfg: RunConfig, prep: Prepared) -> DefenseContext:
 
     return DefenseContext(victim=prep.victim, num_classes=prep.num_classes, input_shape=(v.channels, *v.input_size),
                           device=prep.device, train_split=train_split, make_model=make_model,
-                          temperature=v.temperature, load_split=lambda name, train: prep.split(name, train))
+                          temperature=v.temperature, load_split=lambda name, train: prep.split(name, train),
+                          victim_checkpoint=v.checkpoint_ref)
 
 
 def make_store(cfg: RunConfig, prep: Prepared, cache_dir: Optional[Path]) -> QueryStore:

@@ -35,6 +35,7 @@ class DefenseContext:
     make_model: Callable[..., torch.nn.Module]
     temperature: float = 1.0
     load_split: Optional[Callable[[str, bool], tuple[torch.Tensor, torch.Tensor]]] = None
+    victim_checkpoint: Optional[str] = None  # the victim's checkpoint path (victim.checkpoint_ref), for files beside it
 
 
 class Defense(AnswerTransform):

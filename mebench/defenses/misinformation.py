@@ -30,10 +30,11 @@ effect): the outlier source defaults to ``synthetic_blobs`` (``mebench.defenses.
 source, ``synthetic_strokes``, measures the sensitivity) because the reference's KMNIST is absent
 here; OE labels are the *fixed* victim's top class, where the reference trains victim and
 misinformation model together and labels OE images by the victim's current state
-(admis/utils/model.py:127; not measured); and the detector is the maximum softmax probability of
-whatever victim the cell names: the reference's victim is trained with Outlier Exposure (λ = 1,
-admis/utils/model.py:121, 146; README.md:18), which mebench's ``*_oe`` victim recipes reproduce
-(``mebench.victims.outlier_exposure``), while its standard victims are plain.
+(admis/utils/model.py:117-133; the option ``oe_labels: joint`` approximates that from the victim's
+per-epoch snapshots, ``mebench.victims.snapshots``, to measure the difference); and the detector is
+the maximum softmax probability of whatever victim the cell names: the reference's victim is trained
+with Outlier Exposure (λ = 1, admis/utils/model.py:121, 146; README.md:18), which mebench's ``*_oe``
+victim recipes reproduce (``mebench.victims.outlier_exposure``), while its standard victims are plain.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ from mebench.defenses.outliers import (NO_OUTLIERS, OUTLIER_SEED, SYNTHETIC_SOUR
 from mebench.errors import ConfigError, DivergenceError
 from mebench.seeding import generator
 from mebench.training.loop import OptimizerSpec, batch_indices, train_steps
+from mebench.victims.load import sha256_file
+from mebench.victims.snapshots import load_snapshots, snapshot_path
+from mebench.victims.wrapper import FrozenVictim
 
 REFERENCE = dict(tau=0.99, nu=10000.0, epochs=20.0, batch_size=128, lr=0.1, lr_schedule="step",
                  lr_step=10.0, lr_gamma=0.1, outlier_source="synthetic_blobs")
@@ -63,7 +67,10 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 """Each recipe's value of every parameter left unset; the reference's sources are in the module docstring."""
 SCHEDULES = ("step", "cosine")
-TRAINING_KEYS = ("epochs", "batch_size", "lr", "lr_schedule", "lr_step", "lr_gamma", "outlier_source")
+TRAINING_KEYS = ("epochs", "batch_size", "lr", "lr_schedule", "lr_step", "lr_gamma", "outlier_source", "oe_labels")
+OE_LABELS = ("frozen", "joint")
+"""Who labels an OE batch: the trained victim (``frozen``), or the victim's snapshot at the matching
+point of its own training (``joint``, the reference's joint training approximated per epoch)."""
 """The parameters the misinformation model depends on (τ and ν only act at answer time)."""
 _FITTED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 """Fitted models per victim object and training parameters: cells that differ in τ or ν only
@@ -86,13 +93,21 @@ def step_lr_factor(step: int, batch_size: int, n: int, lr_step: float, gamma: fl
     return gamma ** math.floor(step * batch_size / n / lr_step + 1e-9)
 
 
+def snapshot_index(step: int, steps: int, count: int) -> int:
+    """The snapshot labelling OE batches at fit step ``step`` (0-based) of ``steps``: floor(step /
+    steps · count), so fit progress maps linearly onto the victim's epochs (``count`` snapshots)."""
+    return min(count - 1, step * count // steps)
+
+
 def train_with_outliers(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, x_oe: Optional[torch.Tensor],
                         y_oe: Optional[torch.Tensor], params: Any, g: torch.Generator) -> torch.nn.Module:
     """The reference's training loop for the misinformation model (admis/utils/model.py:100-136).
 
     Each step takes a shuffled in-distribution batch and the next OE batch of the same size (the
     reference's OE loader does not shuffle and restarts when exhausted), and minimises
-    ``misinformation_loss`` over both. ``x``/``x_oe`` are uint8 on the model's device.
+    ``misinformation_loss`` over both. ``x``/``x_oe`` are uint8 on the model's device; ``y_oe``
+    holds one row of OE labels per victim snapshot (one row: the frozen victim's), row
+    ``snapshot_index(step, steps, rows)`` labelling step ``step``.
     """
     n, bs = int(x.shape[0]), params.batch_size
     steps = max(1, round(params.epochs * n / bs))
@@ -105,12 +120,13 @@ def train_with_outliers(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
     oe_next = torch.arange(bs, device=x.device)
     finite = torch.ones((), dtype=torch.bool, device=x.device)
     model.train()
-    for idx in batch_indices(n, steps, bs, g):
+    for step, idx in enumerate(batch_indices(n, steps, bs, g)):
         idx = idx.to(x.device)
         xb, yb = x.index_select(0, idx), y.index_select(0, idx)
         if x_oe is not None:
             j = oe_next % x_oe.shape[0]
-            xb, yb = torch.cat([xb, x_oe.index_select(0, j)]), torch.cat([yb, y_oe.index_select(0, j)])
+            labels = y_oe[snapshot_index(step, steps, y_oe.shape[0])]
+            xb, yb = torch.cat([xb, x_oe.index_select(0, j)]), torch.cat([yb, labels.index_select(0, j)])
             oe_next = oe_next + bs
         loss = misinformation_loss(model(xb.float().div_(255.0)), yb)
         opt.zero_grad(set_to_none=True)
@@ -144,6 +160,7 @@ class AdaptiveMisinformation(Defense):
         lr_step: Optional[float] = None       # epochs between lr decays (step schedule)
         lr_gamma: Optional[float] = None      # lr decay factor (step schedule)
         outlier_source: Optional[str] = None  # none | synthetic_blobs | a registered dataset (not the pool)
+        oe_labels: str = "frozen"             # frozen | joint (victim snapshots; see OE_LABELS)
 
         def __post_init__(self) -> None:
             if self.recipe not in RECIPES:
@@ -161,16 +178,22 @@ class AdaptiveMisinformation(Defense):
                 ("batch_size", p.batch_size >= 1, "must be at least 1"), ("lr", p.lr > 0, "must be > 0"),
                 ("lr_schedule", p.lr_schedule in SCHEDULES, f"must be one of {list(SCHEDULES)}"),
                 ("lr_step", p.lr_step > 0, "must be > 0 (epochs)"),
-                ("lr_gamma", 0 < p.lr_gamma <= 1, "must be in (0, 1]")):
+                ("lr_gamma", 0 < p.lr_gamma <= 1, "must be in (0, 1]"),
+                ("oe_labels", p.oe_labels in OE_LABELS, f"must be one of {list(OE_LABELS)}"),
+                ("oe_labels", p.oe_labels == "frozen" or p.outlier_source != NO_OUTLIERS,
+                 "joint labels outlier-exposure batches: it needs an outlier_source other than none")):
             if not ok:
                 raise ConfigError(f"defense.params.{key}", getattr(p, key), rule)
         check_outlier_source(p.outlier_source, "defense.params.outlier_source", None, None)
 
     @classmethod
     def check_run(cls, params, cfg) -> None:
-        """The outlier source is never the cell's attacker pool nor the victim's own dataset."""
+        """The outlier source is never the cell's attacker pool nor the victim's own dataset;
+        ``oe_labels: joint`` needs the victim's snapshot file beside its checkpoint."""
         check_outlier_source(params.outlier_source, "defense.params.outlier_source", cfg.dataset.name,
                              cfg.dataset.surrogate_name, (cfg.victim.channels, *cfg.victim.input_size))
+        if params.oe_labels == "joint":
+            check_snapshots(cfg.victim.checkpoint_ref)
 
     @classmethod
     def fit(cls, params: Any, ctx: DefenseContext) -> torch.nn.Module:
@@ -195,6 +218,7 @@ class AdaptiveMisinformation(Defense):
         g = generator(DEFENDER_SEED, cls.name)
         x_oe = outlier_images(params.outlier_source, int(x.shape[0]), ctx.input_shape,
                               ctx.load_split)
+        snaps = None
         if x_oe is None and params.lr_schedule == "cosine":  # mebench_v1, bit for bit as before issue 42
             xf = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
             train_steps(model, xf.to(ctx.device), y.to(ctx.device), loss_fn=misinformation_loss,
@@ -203,12 +227,14 @@ class AdaptiveMisinformation(Defense):
                         optimizer=OptimizerSpec("sgd", params.lr, MOMENTUM, WEIGHT_DECAY))
         else:
             x = x if x.dtype == torch.uint8 else (x.float() * 255).round().to(torch.uint8)
-            y_oe = None if x_oe is None else victim_top_class(ctx.victim, x_oe).to(ctx.device)
+            y_oe, snaps = oe_label_table(params, ctx, x_oe)
             train_with_outliers(model, x.to(ctx.device), y.to(ctx.device),
                                 None if x_oe is None else x_oe.to(ctx.device), y_oe, params, g)
         for p in model.parameters():
             p.requires_grad_(False)
         model.outlier_record = outlier_record(params, x_oe)
+        if snaps is not None:
+            model.outlier_record["snapshots"] = snaps
         return model.eval()
 
     def describe(self) -> dict:
@@ -235,11 +261,49 @@ def outlier_record(params: Any, x_oe: Optional[torch.Tensor]) -> dict[str, Any]:
     kind = "none" if source == NO_OUTLIERS else "synthetic" if source in SYNTHETIC_SOURCES else "dataset"
     record: dict[str, Any] = {"source": source, "kind": kind, "recipe": params.recipe}
     if kind != "none":
-        record["labels"] = "victim_top_class"
+        record["labels"] = "victim_top_class" if params.oe_labels == "frozen" else "victim_snapshot_top_class"
+        record["oe_labels"] = params.oe_labels
         record["size"] = None if x_oe is None else int(x_oe.shape[0])
     if kind == "synthetic":
         record["seed"] = OUTLIER_SEED
     return record
+
+
+def check_snapshots(checkpoint: str) -> dict:
+    """The victim's snapshot file (``mebench.victims.snapshots``), or the one ``ConfigError`` saying
+    why ``oe_labels: joint`` cannot run on this victim."""
+    path = snapshot_path(checkpoint)
+    try:
+        return load_snapshots(path)
+    except (ValueError, RuntimeError, OSError) as e:
+        raise ConfigError("defense.params.oe_labels", "joint",
+                          f"needs the victim's per-epoch snapshots ({e}; train the victim with a recipe "
+                          f"that sets snapshots: true)") from None
+
+
+def oe_label_table(params: Any, ctx: DefenseContext, x_oe: Optional[torch.Tensor]
+                   ) -> tuple[Optional[torch.Tensor], Optional[dict]]:
+    """OE labels, one row per labelling victim state, and (``joint``) what the record says about the snapshots.
+
+    ``frozen``: one row, the trained victim's top class. ``joint``: one row per epoch snapshot, each
+    the top class of the victim's weights after that epoch (``train_with_outliers`` picks the row)."""
+    if x_oe is None:
+        return None, None
+    if params.oe_labels == "frozen":
+        return victim_top_class(ctx.victim, x_oe)[None].to(ctx.device), None
+    payload = check_snapshots(ctx.victim_checkpoint)
+    rows = []
+    for state in payload["state_dicts"]:
+        net = ctx.make_model(payload["arch"])
+        net.net.load_state_dict(state)
+        rows.append(victim_top_class(FrozenVictim(net, ctx.device), x_oe))
+    table = torch.stack(rows).to(ctx.device)
+    final = victim_top_class(ctx.victim, x_oe)
+    steps = max(1, round(params.epochs * ctx.train_split()[0].shape[0] / params.batch_size))
+    return table, {"path": str(snapshot_path(ctx.victim_checkpoint)), "count": len(rows),
+                   "victim_steps": [int(s) for s in payload["steps"]],
+                   "sha256": sha256_file(snapshot_path(ctx.victim_checkpoint)), "fit_steps": steps,
+                   "agree_with_final": [round(float((r == final).float().mean()), 4) for r in rows]}
 
 
 __all__ = ["AdaptiveMisinformation", "RECIPES", "misinformation_loss", "train_with_outliers"]

@@ -32,6 +32,7 @@ from mebench.runinfo import machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
 from mebench.config.validation import check_device
 from mebench.victims.load import save_victim
+from mebench.victims.snapshots import EpochSnapshots, snapshot_path
 from mebench.victims.outlier_exposure import oe_record, train_steps_oe
 
 
@@ -50,6 +51,7 @@ class VictimRecipe:
     zoo: Optional[str] = None   # the victim zoo this recipe belongs to (a grid's `victims: [{zoo: NAME}]`)
     outlier_source: str = "none"  # Outlier Exposure set (mebench.victims.outlier_exposure); none: a plain victim
     oe_lambda: float = 1.0        # weight of the uniform-target loss on outliers (the AM reference's λ = 1)
+    snapshots: bool = False       # also write the weights after every epoch to PATH.snapshots.pt (snapshot_path)
 
 
 AUGMENTS = ("none", "crop_flip")
@@ -124,16 +126,21 @@ def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = Non
     x_oe = outlier_images(recipe.outlier_source, int(x.shape[0]), (prof.channels, *prof.input_size),
                           lambda name, train: load_split(name, root, train=train, download=download,
                                                          command="victim train"))
+    snaps = EpochSnapshots(net, int(x.shape[0]), recipe.batch_size, steps) if recipe.snapshots else None
+
+    def on_step(step: int) -> None:
+        bar.update()
+        if snaps is not None:
+            snaps(step)
+
     with tqdm(total=steps, desc=f"victim {recipe.name}", unit="step", disable=not progress or None) as bar:
         if x_oe is not None:
             train_steps_oe(model, xf, y.to(device), x_oe.to(device), steps=steps, batch_size=recipe.batch_size,
-                           optimizer=recipe.optimizer, generator=g, oe_lambda=recipe.oe_lambda,
-                           on_step=lambda _: bar.update())
+                           optimizer=recipe.optimizer, generator=g, oe_lambda=recipe.oe_lambda, on_step=on_step)
         else:
             train_steps(model, xf, y.to(device), loss_fn=F.cross_entropy, steps=steps, batch_size=recipe.batch_size,
                         optimizer=recipe.optimizer, generator=g,
-                        transform=crop_flip if recipe.augment == "crop_flip" else None,
-                        on_step=lambda _: bar.update())
+                        transform=crop_flip if recipe.augment == "crop_flip" else None, on_step=on_step)
     acc = _accuracy(model, tx, ty)
     sha = save_victim(out, net, recipe.arch, prof.num_classes, prof.channels, prof.input_size)
     meta = {"victim_id": recipe.name, "arch": recipe.arch, "dataset": prof.name, "test_accuracy": acc,
@@ -141,6 +148,8 @@ def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = Non
             "train_seconds": time.perf_counter() - t0, "machine": machine_info(str(device))}
     if recipe.outlier_source != NO_OUTLIERS:
         meta["outlier_exposure"] = oe_record(recipe.outlier_source, recipe.oe_lambda, x_oe)
+    if snaps is not None:
+        meta["snapshots"] = snaps.save(snapshot_path(out), recipe.arch)
     atomic_write_json(out.with_suffix(".json"), meta)
     return meta
 

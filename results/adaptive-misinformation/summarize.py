@@ -9,6 +9,9 @@
   utility (defended test accuracy), and the change in protection, OE − plain, paired by seed.
 - ``outlier_source.md``: the misinformation model trained with ``synthetic_blobs`` against
   ``synthetic_strokes`` outliers, same victim, cells and seeds.
+- ``oe_labels.md``: outlier-exposure labels from the trained, frozen victim (``oe_labels: frozen``,
+  the default) against the victim's per-epoch snapshots (``joint``), same victim, cells and seeds
+  (``mnist_oe_joint``), with the labelling snapshots' agreement with the final victim.
 - ``msp.md``: each victim's maximum softmax probability as the defense's OOD score
   (``oe_victims/msp.json``, written by ``oe_victims/msp.py``).
 
@@ -42,6 +45,10 @@ OE_SETTINGS = [
 defended cells only, paired with ``mnist``'s undefended ones, as the docs page says)."""
 OE_PAIRS = [("MNIST", 1, 2), ("MNIST", 0, 2), ("FashionMNIST", 3, 4)]
 """(plain, OE) rows of ``OE_SETTINGS`` compared; the first MNIST pair runs the same recipe on both."""
+JOINT = ("MNIST", "mnist_oe_joint", "mnist_lenet5_oe_snap", "am_cpu_frozen", "am_cpu_joint")
+"""(dataset, folder, victim_id, frozen label, joint label) of the OE-label comparison."""
+JOINT_TWIN = ("mnist_oe", "mnist_lenet5_oe", "am_cpu_oe")
+"""The same defended cells on the OE victim whose weights ``mnist_lenet5_oe_snap`` reproduces bit for bit."""
 SOURCE_PAIRS = [("FashionMNIST", "fmnist_oe", "fashionmnist_lenet5_oe", "am_cpu_oe", "am_cpu_strokes_oe")]
 
 
@@ -146,6 +153,48 @@ def source_table(recs: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _snapshot_records(set_dir: Path, folder: str, label: str) -> list[dict]:
+    """The ``snapshots`` entries the joint cells recorded (summary.json ``defense.fitted.outliers``)."""
+    out = []
+    for path in sorted((set_dir / folder / "cells").glob("*/summary.json")):
+        d = json.loads(path.read_text())
+        if (d["defense"].get("label") or d["defense"]["name"]) != label:
+            continue
+        snaps = (((d["defense"].get("fitted") or {}).get("outliers")) or {}).get("snapshots")
+        if snaps:
+            out.append(snaps)
+    return out
+
+
+def joint_table(recs: dict, set_dir: Path) -> str:
+    _, folder, victim, frozen, joint = JOINT
+    rows = ["| OE labels | defended test acc | " + " | ".join(
+        f"AM @{b // 1000}k | protection @{b // 1000}k" for b in BUDGETS) + " |", "|" + "---|" * (2 + 2 * len(BUDGETS))]
+    for label, name in ((frozen, "`frozen` (trained victim)"), (joint, "`joint` (per-epoch snapshots)")):
+        cells = []
+        for b in BUDGETS:
+            none, dfd = _series(recs, folder, victim, "none", b), _series(recs, folder, victim, label, b)
+            cells += [_ms(dfd), _gain(_paired(none, dfd))]
+        rows.append(f"| {name} | {_acc(recs, folder, victim, label)} | " + " | ".join(cells) + " |")
+    diff = [_gain(_paired(_series(recs, folder, victim, frozen, b), _series(recs, folder, victim, joint, b)))
+            for b in BUDGETS]
+    twin = [_gain(_paired(_series(recs, *JOINT_TWIN, b), _series(recs, folder, victim, frozen, b))) for b in BUDGETS]
+    rows += ["", "Paired by seed, agreement behind the defense:", "",
+             "| comparison | " + " | ".join(f"Δ @{b // 1000}k" for b in BUDGETS) + " |",
+             "|" + "---|" * (1 + len(BUDGETS)),
+             "| `joint` − `frozen` | " + " | ".join(diff) + " |",
+             f"| `frozen` here − `{JOINT_TWIN[2]}` on {JOINT_TWIN[1]} (same weights, `{JOINT_TWIN[0]}`) | "
+             + " | ".join(twin) + " |"]
+    snaps = _snapshot_records(set_dir, folder, joint)
+    if snaps:
+        s = snaps[0]
+        rows += ["", f"Snapshots `{Path(s['path']).name}`: {s['count']}, after victim steps "
+                 f"{', '.join(str(v) for v in s['victim_steps'])}; the fit's {s['fit_steps']} steps each read one. "
+                 "Agreement of each snapshot's top class with the final victim's on the fit's outlier set: "
+                 + ", ".join(f"{a:.4f}" for a in s["agree_with_final"]) + "."]
+    return "\n".join(rows) + "\n"
+
+
 def msp_table(set_dir: Path) -> str:
     path = set_dir / "oe_victims" / "msp.json"
     if not path.is_file():
@@ -166,7 +215,8 @@ def msp_table(set_dir: Path) -> str:
 def tables(set_dir: Path = HERE) -> dict[str, str]:
     """The set's own tables for ``mebench docs`` (blocks ``adaptive-misinformation/<name>``)."""
     recs = load_records(set_dir)
-    return {"oe_victim.md": oe_table(recs), "outlier_source.md": source_table(recs), "msp.md": msp_table(set_dir)}
+    return {"oe_victim.md": oe_table(recs), "outlier_source.md": source_table(recs), "msp.md": msp_table(set_dir),
+            "oe_labels.md": joint_table(recs, set_dir)}
 
 
 if __name__ == "__main__":
