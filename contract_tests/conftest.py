@@ -102,3 +102,19 @@ def example_site(tmp_path_factory):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return target
+
+
+@pytest.fixture
+def fake_mnist(monkeypatch):
+    """torchvision's MNIST replaced by 96 seeded images per split (10 prototypes, one per class), so a
+    victim recipe trains in seconds without the data root."""
+    import torch
+    import torchvision.datasets as tvd
+
+    class FakeMNIST:
+        def __init__(self, root, train, download):
+            g = torch.Generator().manual_seed(int(train))
+            self.targets = torch.randint(0, 10, (96,), generator=g)
+            self.data = (torch.rand(10, 28, 28, generator=g)[self.targets] * 255).to(torch.uint8)
+
+    monkeypatch.setattr(tvd, "MNIST", FakeMNIST)

@@ -112,20 +112,12 @@ def _hooked(seen: list) -> torch.nn.Module:
     return model
 
 
-def test_a_snapshot_recipe_writes_one_snapshot_per_epoch(tmp_path, monkeypatch):
+def test_a_snapshot_recipe_writes_one_snapshot_per_epoch(tmp_path, fake_mnist):
     # contract §4: PATH.snapshots.pt holds the weights after each epoch, the last equal to the checkpoint's,
     # and the snapshots do not change the training (the checkpoint equals the recipe's without them)
-    import torchvision.datasets as tvd
 
     from mebench.victims.recipes import load_recipe, train_victim
 
-    class FakeMNIST:
-        def __init__(self, root, train, download):
-            g = torch.Generator().manual_seed(int(train))
-            self.targets = torch.randint(0, 10, (96,), generator=g)
-            self.data = (torch.rand(10, 28, 28, generator=g)[self.targets] * 255).to(torch.uint8)
-
-    monkeypatch.setattr(tvd, "MNIST", FakeMNIST)
     recipe = load_recipe(ROOT / "configs/victims/mnist_lenet5_oe_snap.yaml")
     assert recipe.snapshots
     recipe = dataclasses.replace(recipe, epochs=2.0, batch_size=32)

@@ -67,18 +67,9 @@ def test_outlier_exposure_lowers_the_victims_confidence_on_outliers_only():
     assert conf[True] < 0.4 < conf[False], conf  # uniform is 0.25
 
 
-def test_oe_recipe_writes_its_outlier_set_into_the_metadata(tmp_path, monkeypatch):
+def test_oe_recipe_writes_its_outlier_set_into_the_metadata(tmp_path, fake_mnist):
     # contract §4: PATH.json records the outlier source, loss weight, size and seed; a run's victim
     # metadata (summary.json) carries it
-    import torchvision.datasets as tvd
-
-    class FakeMNIST:
-        def __init__(self, root, train, download):
-            g = torch.Generator().manual_seed(int(train))
-            self.targets = torch.randint(0, 10, (96,), generator=g)
-            self.data = (torch.rand(10, 28, 28, generator=g)[self.targets] * 255).to(torch.uint8)
-
-    monkeypatch.setattr(tvd, "MNIST", FakeMNIST)
     recipe = dataclasses.replace(load_recipe(ROOT / "configs/victims/mnist_lenet5_oe.yaml"), epochs=1.0)
     train_victim(recipe, tmp_path / "v.pt", data_root=str(tmp_path), progress=False)
     side = json.loads((tmp_path / "v.json").read_text())

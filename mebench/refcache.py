@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -77,18 +77,16 @@ def _load(path: Path, model: nn.Module) -> bool:
 
 
 def load_or_train(spec: TrackASpec, device: torch.device | str, x: torch.Tensor, y: torch.Tensor,
-                  fingerprint: Optional[str] = None,
-                  train: Optional[Callable[[TrackATrainer, torch.Tensor, torch.Tensor], nn.Module]] = None
-                  ) -> nn.Module:
+                  fingerprint: Optional[str] = None) -> nn.Module:
     """The reference trained by ``spec`` on (x uint8, y): from the cache when a readable entry
-    exists, else trained (``train``, by default ``TrackATrainer.train`` on x/255) and stored."""
+    exists, else trained by ``TrackATrainer.train`` on x/255 and stored."""
     trainer = TrackATrainer(spec, device)
     key = cache_key(spec, device, torch.get_num_threads(), fingerprint or data_fingerprint(x, y))
     path = entry(key)
     model = trainer.fresh_model()
     if path.is_file() and _load(path, model):
         return model.eval()
-    trained = (train or (lambda t, a, b: t.train(a.float().div(255.0), b)))(trainer, x, y)
+    trained = trainer.train(x.float().div(255.0), y)
     weights = {k: v.detach().cpu().clone() for k, v in trained.state_dict().items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     artifacts.atomic_save_torch({"weights": weights}, path)
