@@ -13,6 +13,7 @@ from mebench.config.plan import resolve
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.testing import deep_update
+from mebench.training import maxpool
 from mebench.training.loop import OptimizerSpec, make_optimizer
 from mebench.training.spec import FastSpec
 from mebench.training.track_a import TrackASpec, TrackATrainer
@@ -46,7 +47,7 @@ def test_fast_options_are_recorded_in_the_plan(make_cfg):
     default, fast = resolve(make_cfg()), resolve(make_cfg(substitute={"trackA": {"fast": {"channels_last": True}}}))
     assert "fast" not in default.to_dict()["track_a"]
     assert resolve(make_cfg(substitute={"trackA": {"fast": {"channels_last": False}}})).hash == default.hash
-    assert fast.to_dict()["track_a"]["fast"] == {"channels_last": True}
+    assert fast.to_dict()["track_a"]["fast"] == {"channels_last": True, "bf16": False}
     assert fast.hash != default.hash
 
 
@@ -86,3 +87,55 @@ def test_channels_last_changes_only_rounding():
     probe = torch.rand(8, 1, 28, 28, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         assert torch.allclose(plain(probe), fast(probe), atol=1e-3)
+
+
+def pooled_input(channels_last: bool, dtype: torch.dtype) -> torch.Tensor:
+    """ReLU'd noise (many zero ties) with positive ties placed in both rows of a window."""
+    x = torch.randn(4, 3, 8, 12, generator=torch.Generator().manual_seed(7)).relu()
+    x[0, 0, 0, :2] = 1.5          # tie inside the top row
+    x[0, 0, 1, 0] = 1.5           # and in the bottom row of the same window
+    x[1, 2, 2:4, 4:6] = 0.75      # a window of four equal maxima
+    x = x.to(dtype)
+    return (x.contiguous(memory_format=torch.channels_last) if channels_last else x).requires_grad_(True)
+
+
+# §8 Track A default (bit-reproducible): the fast 2x2 pooling gives PyTorch's values, argmax
+# (first maximum on ties) and gradients bit for bit, in both layouts and in bf16.
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_max_pool_equals_max_pool2d(channels_last, dtype):
+    x = pooled_input(channels_last, dtype)
+    grad_out = torch.randn(4, 3, 4, 6, generator=torch.Generator().manual_seed(8)).to(dtype)
+    ref = torch.nn.functional.max_pool2d(x, 2)
+    got = maxpool.MaxPool2x2()(x)
+    (g_ref,) = torch.autograd.grad(ref, x, grad_out)
+    (g_got,) = torch.autograd.grad(got, x, grad_out)
+    assert torch.equal(ref, got) and torch.equal(g_ref, g_got) and g_got[0, 0, 0, 0] != 0 and g_got[0, 0, 0, 1] == 0
+    assert got.stride() == ref.stride() and g_got.stride() == g_ref.stride()
+
+
+# §8: the default Track A trains the same weights with and without the swap, and hands back the
+# substitute as it was built (same module types, same state_dict keys).
+def test_default_track_a_is_bit_identical_without_the_fast_pooling(monkeypatch):
+    x, y = mnist_like()
+    fast = lenet_trainer().train(x, y)
+    built = lenet_trainer().fresh_model()
+    assert [type(m) for m in fast.modules()] == [type(m) for m in built.modules()]
+    assert list(fast.state_dict()) == list(built.state_dict())
+    swapped = maxpool.swap_in(built)
+    assert sum(isinstance(m, maxpool.MaxPool2x2) for m in built.modules()) == 2 and len(swapped) == 1
+    monkeypatch.setattr(maxpool, "swap_in", lambda model: [])
+    plain = lenet_trainer().train(x, y)
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), fast.parameters()))
+
+
+# §8 opt-in: bf16 autocast trains a nearby model (not the same bits) and hands back fp32 weights.
+def test_bf16_changes_the_model_within_bounds():
+    x, y = mnist_like()
+    plain = lenet_trainer().train(x, y)
+    half = lenet_trainer(FastSpec(bf16=True)).train(x, y)
+    pairs = list(zip(plain.parameters(), half.parameters()))
+    assert all(b.dtype == torch.float32 for _, b in pairs)
+    assert any(not torch.equal(a, b) for a, b in pairs)
+    assert all(torch.allclose(a, b, atol=0.05) for a, b in pairs)
+    assert type(half).__name__ == type(plain).__name__

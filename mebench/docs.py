@@ -207,7 +207,7 @@ def render_set(root: Path, set_name: str, out: Path) -> dict[str, str]:
         raise FileNotFoundError(f"{RESULTS}/{set_name}: no such result set (a block names it)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        files = write_report([str(set_dir)], out)
+        files = write_report([str(set_dir)], out, figures=False)
     reports = {Path(p).name: Path(p).read_text(encoding="utf-8") for p in files.values() if str(p).endswith(".md")}
     own = set_tables(set_dir)
     clash = sorted(set(own) & set(reports))

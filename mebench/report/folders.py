@@ -75,10 +75,16 @@ def read_summary(path: Path) -> tuple[dict[str, Any], str]:
     return value, ""
 
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_config(path: Path) -> dict[str, Any]:
-    """``run_config.yaml`` as a mapping, ``{}`` when absent or unreadable (it only fills in names)."""
+    """``run_config.yaml`` as a mapping, ``{}`` when absent or unreadable (it only fills in names).
+
+    Read with libyaml's safe loader when PyYAML has it (``CSafeLoader``: the same safe subset as
+    ``yaml.safe_load``, ~10x faster; a report reads one file per seed)."""
     try:
-        value = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+        value = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER) if path.exists() else {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -105,24 +105,28 @@ def plot_curves(agg: pd.DataFrame, victims: pd.DataFrame, title: str,
     return fig
 
 
-def write_curve_figures(agg: pd.DataFrame, victims: pd.DataFrame,
-                        out_dir: Path) -> dict[tuple[str, str], dict[str, Path]]:
-    """PNG + SVG per (dataset, output mode); returns {(dataset, mode): {"png", "svg"}}."""
+def write_curve_figures(agg: pd.DataFrame, victims: pd.DataFrame, out_dir: Path,
+                        draw: bool = True) -> dict[tuple[str, str], dict[str, Path]]:
+    """PNG + SVG per (dataset, output mode); returns {(dataset, mode): {"png", "svg"}}. ``draw``
+    False: the paths the figures would have, none drawn (``mebench docs`` keeps no image; drawing
+    is most of a report's time)."""
     colours = colour_map(agg)
     written: dict[tuple[str, str], dict[str, Path]] = {}
     for (dataset, mode), sub in agg.groupby(["dataset", "output_mode"], sort=True):
+        stem = out_dir / f"curves_{slug(dataset)}_{slug(mode)}"
+        paths = {"png": stem.with_suffix(".png"), "svg": stem.with_suffix(".svg")}
+        written[(dataset, mode)] = paths
+        if not draw:
+            continue
         vic = victims[(victims["dataset"] == dataset) & (victims["output_mode"] == mode)]
         seeds = int(sub["n_seeds"].max())
         title = f"{dataset} · {mode} — mean ± std over seeds (up to {seeds} per point)"
         fig = plot_curves(sub, vic, title, colours)
-        stem = out_dir / f"curves_{slug(dataset)}_{slug(mode)}"
-        paths = {"png": stem.with_suffix(".png"), "svg": stem.with_suffix(".svg")}
         fig.savefig(paths["png"], dpi=130)
         fig.set_layout_engine("none")  # keep the layout just computed: no second solve
         with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in SVG
             fig.savefig(paths["svg"])
         plt.close(fig)
-        written[(dataset, mode)] = paths
     return written
 
 
@@ -146,12 +150,18 @@ def scatter_points(matrix: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
     return points
 
 
-def write_defense_scatter(matrix: pd.DataFrame, out_dir: Path) -> dict[tuple[str, str], dict[str, Path]]:
+def write_defense_scatter(matrix: pd.DataFrame, out_dir: Path,
+                          draw: bool = True) -> dict[tuple[str, str], dict[str, Path]]:
     """Utility vs protection, one figure per (dataset, output mode) that has a defended point
     (:func:`scatter_points`): each attack's Track A agreement (y) against each defense's defended
-    test accuracy (x), one marker series per victim and attack. Returns {(dataset, mode): {"png", "svg"}}."""
+    test accuracy (x), one marker series per victim and attack. Returns {(dataset, mode): {"png", "svg"}}
+    (``draw``: as in :func:`write_curve_figures`)."""
     files: dict[tuple[str, str], dict[str, Path]] = {}
     for (dataset, mode), m in scatter_points(matrix).items():
+        paths = {ext: out_dir / f"defenses_{slug(dataset)}_{slug(mode)}.{ext}" for ext in ("png", "svg")}
+        files[(dataset, mode)] = paths
+        if not draw:
+            continue
         budget = int(m["checkpoint_B"].max())
         several = m["base_victim"].nunique() > 1
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -164,24 +174,29 @@ def write_defense_scatter(matrix: pd.DataFrame, out_dir: Path) -> dict[tuple[str
         ax.set_title(f"{dataset} · {mode}: utility vs protection", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        paths = {ext: out_dir / f"defenses_{slug(dataset)}_{slug(mode)}.{ext}" for ext in ("png", "svg")}
         for ext, path in paths.items():
             fig.savefig(path, dpi=120 if ext == "png" else None)
         plt.close(fig)
-        files[(dataset, mode)] = paths
     return files
 
 
-def write_transfer_curves(table: pd.DataFrame, out_dir: Path) -> dict[str, dict[str, Path]]:
+def write_transfer_curves(table: pd.DataFrame, out_dir: Path, draw: bool = True) -> dict[str, dict[str, Path]]:
     """Success against ε (``mebench.report.transfer.transfer_table``), one PNG + SVG per (dataset,
     victim, output mode), one panel per method: every condition and track at its largest checkpoint
     (mean ± 1 std band over seeds, Track A solid and B dashed), the white-box victim dotted black
-    and the independent ensemble dotted grey (mean ± std over members and seeds)."""
+    and the independent ensemble dotted grey (mean ± std over members and seeds). ``draw``: as in
+    :func:`write_curve_figures`."""
     written: dict[str, dict[str, Path]] = {}
     if table.empty:
         return written
     colours = colour_map(table)
     for (dataset, victim, mode), sub in table.groupby(["dataset", "victim_id", "output_mode"], sort=True):
+        key = f"{slug(dataset)}_{slug(victim)}_{slug(mode)}"
+        stem = out_dir / f"transfer_curves_{key}"
+        paths = {"png": stem.with_suffix(".png"), "svg": stem.with_suffix(".svg")}
+        written[key] = paths
+        if not draw:
+            continue
         methods = sorted(sub["method"].unique())
         fig, axes = plt.subplots(1, len(methods), figsize=(5.2 * len(methods), 4.0), squeeze=False,
                                  layout="constrained")
@@ -189,15 +204,11 @@ def write_transfer_curves(table: pd.DataFrame, out_dir: Path) -> dict[str, dict[
             _draw_transfer_panel(ax, sub[sub["method"] == method], colours)
             ax.set_title(method.upper(), fontsize=10)
         fig.suptitle(f"{dataset} · {victim} · {mode} — transfer success against ε", fontsize=11)
-        key = f"{slug(dataset)}_{slug(victim)}_{slug(mode)}"
-        stem = out_dir / f"transfer_curves_{key}"
-        paths = {"png": stem.with_suffix(".png"), "svg": stem.with_suffix(".svg")}
         fig.savefig(paths["png"], dpi=130)
         fig.set_layout_engine("none")
         with matplotlib.rc_context({"svg.fonttype": "none"}):
             fig.savefig(paths["svg"])
         plt.close(fig)
-        written[key] = paths
     return written
 
 

@@ -253,9 +253,11 @@ def transfer_cell(row: pd.Series, prefix: str = "transfer") -> str:
     return f"{_ms(row[f'{prefix}_mean'], row[f'{prefix}_std'])} @{budget_label(int(row[f'{prefix}_B']))}"
 
 
-def write_transfer_report(frames: dict[str, pd.DataFrame], results: pd.DataFrame, out: Path) -> dict[str, Path]:
-    """Write the module's tables, figures and ``transfer.md`` when any folder measured transfer
-    (``frames``: ``read_frames``); returns {file key: path} (empty when none did)."""
+def write_transfer_report(frames: dict[str, pd.DataFrame], results: pd.DataFrame, out: Path,
+                          figures_too: bool = True) -> dict[str, Path]:
+    """Write the module's tables, figures (unless ``figures_too`` is False: ``transfer.md`` still
+    names them) and ``transfer.md`` when any folder measured transfer (``frames``: ``read_frames``);
+    returns {file key: path} of the files written (empty when none did)."""
     from mebench.report.plots import write_transfer_curves
 
     if frames["transfer"].empty and frames["init_variance"].empty:
@@ -268,9 +270,9 @@ def write_transfer_report(frames: dict[str, pd.DataFrame], results: pd.DataFrame
         if not frame.empty:
             files[f"{name}_csv"] = out / f"{name}.csv"
             frame.to_csv(files[f"{name}_csv"], index=False)
-    figures = write_transfer_curves(tt, out)
+    figures = write_transfer_curves(tt, out, draw=figures_too)
     for key, paths in figures.items():
-        files.update({f"transfer_curves_{key}_{ext}": p for ext, p in paths.items()})
+        files.update({f"transfer_curves_{key}_{ext}": p for ext, p in paths.items() if figures_too})
     from mebench.report.document import render_markdown
 
     files["transfer_md"] = out / "transfer.md"

@@ -78,7 +78,7 @@ def _write_pages(blocks: list, out: Path, name: str, title: str, files: dict[str
 
 def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | None = None,
                  n_bootstrap: int = N_BOOTSTRAP,
-                 also_against: Sequence[str] = ()) -> dict[str, Path]:
+                 also_against: Sequence[str] = (), figures: bool = True) -> dict[str, Path]:
     """Write curves (PNG, SVG), leaderboard (MD, HTML, CSV, JSON, TeX), comparisons
     (MD, CSV, JSON), gains over the null control (MD, CSV, JSON), the aggregate
     table, the tidy input rows and the runs left out (``excluded.csv``).
@@ -90,7 +90,8 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     also paired with across data modes (:mod:`mebench.report.gains`). Returns
     {file key: path}. Raises :class:`mebench.report.load.NoResultsError` when nothing can be
     read, ``ValueError`` (before reading anything) for a name in ``also_against`` that is not
-    a null control.
+    a null control. ``figures`` False draws no figure (the pages name them all the same):
+    ``mebench docs`` keeps only Markdown, and drawing is most of a report's time.
     """
     also_against = check_also_against(also_against)
     paths = [path] if isinstance(path, (str, Path)) else list(path)
@@ -125,10 +126,11 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     out = Path(out_dir) if out_dir is not None else default_out_dir(path)
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    figures = write_curve_figures(agg, victims, out)
-    for (dataset, mode), fig_paths in figures.items():
+    curves = write_curve_figures(agg, victims, out, draw=figures)
+    for (dataset, mode), fig_paths in curves.items():
         for ext, p in fig_paths.items():
-            files[f"curves_{slug(dataset)}_{slug(mode)}_{ext}"] = p
+            if figures:
+                files[f"curves_{slug(dataset)}_{slug(mode)}_{ext}"] = p
     _write_table(relative_sources(frame, out), out, "results", files)
     _write_table(aggregate_csv_frame(agg), out, "aggregate", files)
     prov = provenance(paths, out)
@@ -138,7 +140,7 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     _write_table(relative_sources(excluded, out), out, "excluded", files)
     _write_table(comps, out, "comparisons", files, definitions=definitions(n_bootstrap))
     _write_table(gains, out, "gains", files, definitions=gain_definitions(n_bootstrap, also_against))
-    img = {k: p["png"].name for k, p in figures.items()}
+    img = {k: p["png"].name for k, p in curves.items()}
     stale = stale_runs(frame)
     for run in stale.itertuples():
         warnings.warn(f"{run.source}: seed {run.seed} of {run.label} was kept by --keep-stale "
@@ -152,9 +154,10 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     matrix = defense_matrix(frame, n_bootstrap=n_bootstrap)
     if not matrix.empty:
         _write_table(matrix, out, "defenses", files)
-        for (dataset, mode), fig_paths in write_defense_scatter(matrix, out).items():
+        for (dataset, mode), fig_paths in write_defense_scatter(matrix, out, draw=figures).items():
             for ext, p in fig_paths.items():
-                files[f"defenses_{slug(dataset)}_{slug(mode)}_{ext}"] = p
+                if figures:
+                    files[f"defenses_{slug(dataset)}_{slug(mode)}_{ext}"] = p
         _write_pages(defense_blocks(matrix), out, "defenses", "mebench defenses", files, html=False)
     adaptive = adaptive_matrix(frame, n_bootstrap=n_bootstrap)
     if not adaptive.empty:
@@ -177,5 +180,5 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
                       f"{out / 'health.md'}", stacklevel=2)
         _write_table(health, out, "health", files)
         _write_pages(health_blocks(health), out, "health", "mebench training health", files, html=False)
-    files.update(write_transfer_report(transfer_frames, frame, out))
+    files.update(write_transfer_report(transfer_frames, frame, out, figures_too=figures))
     return {**files, **bench}

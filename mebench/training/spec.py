@@ -31,15 +31,18 @@ class FastSpec:
     Each option changes the floating-point summation order, so a run that sets one gives
     (slightly) different weights and metrics than the default, which stays bit-reproducible.
     ``channels_last``: the substitute's weights and every batch in NHWC layout (oneDNN's faster
-    convolution kernels on the CPU).
+    convolution kernels on the CPU). ``bf16``: the forward pass under bfloat16 autocast (fp32
+    loss, gradients and optimizer); changes the metrics beyond rounding, measured on the
+    performance page.
     """
 
     channels_last: bool = False
+    bf16: bool = False
 
     @property
     def any(self) -> bool:
         """Whether any option is on (the default plan records none)."""
-        return self.channels_last
+        return self.channels_last or self.bf16
 
 
-FAST_OPTIONS = ("channels_last",)
+FAST_OPTIONS = ("channels_last", "bf16")

@@ -77,7 +77,7 @@ class TrackATrainer:
         """A fresh model trained on D_B = (x, y) for S(len(x)) steps (``losses``: see ``train_steps``);
         ``x`` a ``RowsPrefix`` (``y`` None): D_B stays on disk and batches are read as needed."""
         fast = self.spec.fast
-        model = fast_options.for_training(self.fresh_model(), fast)
+        model, finish = fast_options.for_training(self.fresh_model(), fast)
         g = torch.Generator().manual_seed(self.spec.init_seed)
         if not isinstance(x, RowsPrefix):
             x, y = x.to(self.device), y.to(self.device)
@@ -85,7 +85,7 @@ class TrackATrainer:
                             steps=self.steps(len(x)), batch_size=self.spec.batch_size,
                             optimizer=self.spec.optimizer, generator=g, on_step=on_step, losses=losses,
                             transform=fast_options.input_layout(fast))
-        return fast_options.for_scoring(model, fast)
+        return finish()
 
 
 def train_seeds_together(trainer: TrackATrainer, datasets: Sequence[tuple[torch.Tensor, torch.Tensor]],
