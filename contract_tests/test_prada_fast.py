@@ -121,7 +121,12 @@ def _feed(det: Prada, xs: np.ndarray, classes: np.ndarray, seed: int) -> Prada:
 OPTIONS = [{}, LEGACY, {"min_distances": 20, "test_every": 3, "min_class_distances": 4}]
 
 
-@pytest.mark.parametrize("seed", range(6))
+def _seeds(fast: int, total: int) -> list:
+    """Seeds 0 .. fast - 1 in the fast tier, the rest slow (the same check on more streams)."""
+    return [s if s < fast else pytest.param(s, marks=pytest.mark.slow) for s in range(total)]
+
+
+@pytest.mark.parametrize("seed", _seeds(2, 6))
 @pytest.mark.parametrize("options", OPTIONS, ids=["reference", "legacy", "small"])
 def test_batched_prada_decides_as_the_query_by_query_rule(seed, options):
     xs, classes = _stream(seed, 400, dim=[16, 784][seed % 2])
@@ -138,7 +143,7 @@ def test_batched_prada_decides_as_the_query_by_query_rule(seed, options):
         seq.flagged_at, seq.flag, seq.flag_at, seq.scores_at, seq.trace)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", _seeds(1, 4))
 def test_batched_prada_flags_as_the_reference_rule(seed):
     # the reference's flag after every query and the query at detection (its distances in numpy:
     # W agrees to rounding, the flags exactly)
@@ -169,7 +174,8 @@ def test_a_repeat_is_at_distance_zero_beside_a_member_just_off_it():
     xs = torch.rand(10, 784, generator=g, dtype=torch.float64)
     det = Prada(Prada.Params(), torch.Generator())
     labels = torch.arange(10).repeat_interleave(2)
-    det.observe(torch.stack([xs, xs + 1e-9], dim=1).view(20, 1, 28, 28), torch.nn.functional.one_hot(labels, 10).float())
+    pairs = torch.stack([xs, xs + 1e-9], dim=1).view(20, 1, 28, 28)
+    det.observe(pairs, torch.nn.functional.one_hot(labels, 10).float())
     assert [int(g.shape[0]) for g in det.growing.values()] == [2] * 10
     det.observe(xs.view(10, 1, 28, 28), torch.nn.functional.one_hot(torch.arange(10), 10).float())
     assert det.distances[10:].tolist() == [0.0] * 10
