@@ -7,9 +7,12 @@
   streams stay paired), benign clients resampled apart, the threshold set again on each resample;
 - ``benign_users.md``: per victim and detector, the share of each kind of benign client (``in``,
   ``ood``, ``mixed``) above the threshold that flags at most 1 % of all of them, and flagged at the
-  detector's own threshold.
+  detector's own threshold;
+- ``prada_speed.md``: PRADA's batched scoring against the query-by-query implementation on the same
+  benign clients (``prada_speed.py``): seconds per client in alternating rounds, and whether every
+  client's record is identical.
 
-    python results/detect/summarize.py      # prints both tables
+    python results/detect/summarize.py      # prints the tables
 """
 
 from __future__ import annotations
@@ -105,6 +108,20 @@ def user_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def speed_table(rec: dict[str, Any] | None) -> str:
+    """PRADA's batched scoring against the query-by-query implementation (``prada_speed.py``)."""
+    if rec is None:
+        return "No `prada_speed.json` record.\n"
+    sec, n = rec["seconds"], rec["streams"]
+    per = {k: ", ".join(f"{v / n:.3f}" for v in sec[k]) for k in ("before", "after")}
+    lines = ["| victim | benign clients (queries) | s per client, query by query | s per client, batched | speedup "
+             "| identical records | load average (1 min) | torch threads |", "|---|---|---|---|---|---|---|---|",
+             f"| {rec['dataset']} | {n:,} ({rec['queries']:,}) | {per['before']} | {per['after']} | "
+             f"{sum(sec['before']) / sum(sec['after']):.2f}x | {'yes' if rec['identical_records'] else 'NO'} | "
+             f"{', '.join(f'{v:.1f}' for v in sec['load_avg_1min'])} | {rec['torch_threads']} |"]
+    return "\n".join(lines) + "\n"
+
+
 def records(set_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(set_dir.glob("*/detection_bench.json"))]
 
@@ -112,8 +129,10 @@ def records(set_dir: Path) -> list[dict[str, Any]]:
 def tables(set_dir: Path = HERE) -> dict[str, str]:
     """The set's tables for ``mebench docs`` (``<!-- mebench:begin detect/<name> -->`` blocks)."""
     recs = records(set_dir)
+    speed = set_dir / "prada_speed.json"
     return {"evasion.md": evasion_table([r for rec in recs for r in evasion_rows(rec)]),
-            "benign_users.md": user_table([r for rec in recs for r in user_rows(rec)])}
+            "benign_users.md": user_table([r for rec in recs for r in user_rows(rec)]),
+            "prada_speed.md": speed_table(json.loads(speed.read_text(encoding="utf-8")) if speed.is_file() else None)}
 
 
 if __name__ == "__main__":
