@@ -37,7 +37,7 @@ matrix-product form ranks the batch's pairs against G_c and among themselves, an
 reference) gives the distance of every pair that can be a minimum (:func:`_candidate_distances`).
 Lists grow in preallocated vectors, and the tests that fall inside a batch run after its distances
 (a test changes no distance). The decisions are the query-by-query implementation's bit for bit
-(every distance, T_c, G_c, W, flag; ``contract_tests/test_prada_fast.py``), and about 1.4x faster on
+(every distance, T_c, G_c, W, flag; ``contract_tests/test_prada_fast.py``), and 1.35-1.60x faster on
 the detection benchmark's benign clients (docs/defenses/detection_benchmark.md).
 """
 
