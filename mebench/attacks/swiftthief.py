@@ -189,7 +189,6 @@ class SwiftThief(Attack):
         self.fgsm_step = (p.fgsm_eps * std).to(ctx.device)  # eps on the normalised input, as the reference
         self.trained = 0  # phases whose contrastive phase and output matching have run
         self.rule: dict[int, str] = {}  # round index -> "entropy" or "kde", decided when it starts
-        self.log: list[dict] = []
 
     # -- the loop ---------------------------------------------------------------------
     def _phase_index(self, q: int) -> int:
@@ -203,7 +202,7 @@ class SwiftThief(Attack):
         q = state.queries_used
         i = self._phase_index(q)
         ph = self.phases[i]
-        if self.rule.get(i) != "kde":
+        if ph.kind == "initial" or self._rule(i, state) != "kde":
             return ph.stop - q
         n = ph.stop - ph.start
         cuts = [ph.start + n * s // self.params.kde_splits for s in range(1, self.params.kde_splits + 1)]
@@ -220,14 +219,17 @@ class SwiftThief(Attack):
             idx, rule = unused[torch.randperm(unused.numel(), generator=self.ctx.generator)[:k]], "random"
         else:
             self._train_before(i, state)
-            if i not in self.rule:
-                counts = torch.bincount(self._labels(state), minlength=self.ctx.num_classes)
-                self.rule[i] = "kde" if use_kde(counts, ph.budget - state.queries_used) else "entropy"
-                self.log.append({"queries": state.queries_used, "rule": self.rule[i], "budget": ph.budget})
-            rule = self.rule[i]
+            rule = self._rule(i, state)
             idx = unused[self._kde(unused, k, state) if rule == "kde" else self._entropy(unused, k)]
         self.used[idx] = True
         return QueryBatch(self.ctx.pool.get(idx, self.ctx.device), {"pool_index": idx, "rule": rule})
+
+    def _rule(self, i: int, state: "EngineState") -> str:
+        """The rule of round ``i``, decided from the victim's class counts when the round starts."""
+        if i not in self.rule:
+            counts = torch.bincount(self._labels(state), minlength=self.ctx.num_classes)
+            self.rule[i] = "kde" if use_kde(counts, self.phases[i].budget - state.queries_used) else "entropy"
+        return self.rule[i]
 
     def observe(self, batch: QueryBatch, output: OracleOutput, state: "EngineState") -> None:
         """Nothing per batch: training runs on ``state.labelled()`` when a phase is over."""
