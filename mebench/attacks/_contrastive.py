@@ -29,21 +29,24 @@ from mebench.errors import DivergenceError
 
 
 class FeatureTap:
-    """The input of a model's last ``nn.Linear`` (its penultimate features), read by a forward
-    pre-hook: SwiftThief's backbone is the substitute without its classifier (model_factory.py:67-69)."""
+    """The input of a model's last ``nn.Linear`` (its penultimate features): SwiftThief's backbone is
+    the substitute without its classifier (model_factory.py:67-69). The hook that reads it is
+    registered for one call only, so the model (and any copy of it) carries no hook otherwise."""
 
     def __init__(self, model: nn.Module) -> None:
         linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
         if not linears:
             raise ValueError("SwiftThief needs a substitute whose classifier is a final nn.Linear")
-        self.model, self.dim = model, linears[-1].in_features
-        self._out: list[torch.Tensor] = []
-        linears[-1].register_forward_pre_hook(lambda _m, inputs: self._out.append(inputs[0]))
+        self.model, self.head, self.dim = model, linears[-1], linears[-1].in_features
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        self._out.clear()
-        self.model(x)
-        return self._out.pop()
+        out: list[torch.Tensor] = []
+        handle = self.head.register_forward_pre_hook(lambda _m, inputs: out.append(inputs[0]))
+        try:
+            self.model(x)
+        finally:
+            handle.remove()
+        return out[0]
 
 
 class SimSiamHeads(nn.Module):
