@@ -15,6 +15,7 @@ from mebench.attacks import controls as _controls  # noqa: F401  (registers "unt
 from mebench.attacks import ideal as _ideal  # noqa: F401  (registers "ideal")
 from mebench.attacks import qedg as _qedg  # noqa: F401  (registers "qedg")
 from mebench.attacks import random as _random  # noqa: F401  (registers "random")
+from mebench.attacks import swiftthief as _swiftthief  # noqa: F401  (registers "swiftthief")
 
 __all__ = ["ATTACKS", "Attack", "AttackContext", "register_attack"]
 from mebench.attacks import adaptive as _adaptive  # noqa: F401  (registers the adaptive strategies)
