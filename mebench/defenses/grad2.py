@@ -88,9 +88,9 @@ def class_gradients(model: torch.nn.Module, x: torch.Tensor, direction: dict[str
 
 def batch_gradient(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
     """Gᵀy = ∇_θ mean_i Σ_k y_ik log p_ik, per parameter (defenses.py:82-107): MIN-IP's target."""
-    names, params = zip(*[(n, p.detach().requires_grad_(True)) for n, p in model.named_parameters()])
     from torch.func import functional_call
 
+    names, params = zip(*[(n, p.detach().requires_grad_(True)) for n, p in model.named_parameters()])
     logp = torch.log_softmax(functional_call(model, dict(zip(names, params)), (x,)), dim=1)
     grads = torch.autograd.grad((y.to(logp.dtype) * logp).sum(dim=1).mean(), params)
     return dict(zip(names, grads))
