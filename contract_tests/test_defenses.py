@@ -27,7 +27,8 @@ SHAPE = (1, 8, 8)
 PARAMS = {"temperature": {"temperature": 3.0}, "topk": {"k": 2}, "rounding": {"decimals": 1},
           "gaussian_noise": {"sigma": 0.2}, "reverse_sigmoid": {"beta": 0.7, "gamma": 0.4},
           "mad": {"epsilon": 0.8}, "adaptive_misinformation": {"tau": 0.8, "epochs": 8.0, "lr": 0.1},
-          "prada": {"min_distances": 10}, "modelguard_w": {"epsilon": 0.5}, "modelguard_s": {"epsilon": 0.5}}
+          "prada": {"min_distances": 10}, "modelguard_w": {"epsilon": 0.5}, "modelguard_s": {"epsilon": 0.5},
+          "grad2": {"epsilon": 0.6, "epochs": 2.0, "schedule_epochs": 10.0}}
 _FITTED: dict = {}
 
 
@@ -60,7 +61,7 @@ def _oracle(name: str, mode: str, budget: int, **params) -> Oracle:
 
 def test_every_defense_is_listed_with_its_paper():
     assert {"none", "temperature", "top1", "topk", "rounding", "gaussian_noise", "reverse_sigmoid", "mad",
-            "adaptive_misinformation", "prada", "modelguard_w", "modelguard_s"} <= set(DEFENSES)
+            "adaptive_misinformation", "prada", "modelguard_w", "modelguard_s", "grad2"} <= set(DEFENSES)
     assert all(DEFENSES.get(n).paper for n in DEFENSES)
 
 
@@ -119,7 +120,7 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("name", ["top1", "rounding", "reverse_sigmoid", "mad", "adaptive_misinformation",
-                                  "modelguard_w", "modelguard_s"])
+                                  "modelguard_w", "modelguard_s", "grad2"])
 def test_track_a_trains_on_what_the_defended_oracle_returned(make_cfg, tmp_path, name):
     # contract 7: D_B is the defended answers, query for query; the count is still exact
     cfg = make_cfg(defense={"name": name, "params": PARAMS.get(name, {})}, cache={"enabled": False})
@@ -157,6 +158,10 @@ def test_track_a_trains_on_what_the_defended_oracle_returned(make_cfg, tmp_path,
     ({"name": "modelguard_w", "params": {"epsilon": 1e-5}}, "defense.params.epsilon", ">= 0.0002"),
     ({"name": "modelguard_s", "params": {"epsilon": -1.0}}, "defense.params.epsilon", ">= 0"),
     ({"name": "modelguard_s", "params": {"ydist": "kl"}}, "defense.params.ydist", "one of"),
+    ({"name": "grad2", "params": {"epsilon": 2.5}}, "defense.params.epsilon", "in \\[0, 2\\]"),
+    ({"name": "grad2", "params": {"target": "max_norm"}}, "defense.params.target", "one of"),
+    ({"name": "grad2", "params": {"schedule_epochs": 5.0}}, "defense.params.schedule_epochs", ">= epochs"),
+    ({"name": "grad2", "params": {"surrogate_data": "CIFAR10"}}, "defense.params.surrogate_data", "input shape"),
 ])
 def test_bad_defense_settings_fail_before_any_work(make_cfg, defense, key, words):
     # contract 15.2: one ConfigError naming the key, the value and the rule
