@@ -13,9 +13,9 @@ under ``results/perf/``; ``docs/guide/performance.md``):
   every weight.
 - ``bf16`` (opt-in): the forward pass under ``torch.autocast`` with bfloat16 (convolutions and
   matrix products in bfloat16 with fp32 accumulation; the loss, the gradients' parameters and
-  the optimizer stay fp32). On CPUs with AVX512-BF16/AMX the convolutions run several times
-  faster; it changes results well beyond rounding of the last bits, so its effect on the
-  metrics is measured over 3 seeds on the performance page.
+  the optimizer stay fp32). On CPUs with AVX512-BF16/AMX the convolutions run faster (most for
+  ResNet-8's 3x3 convolutions); it changes results well beyond rounding of the last bits, so
+  its effect on the metrics is measured over 3 seeds on the performance page.
 - ``torch.compile`` (inductor) of the substitute was measured slower than eager for LeNet-5 at
   batch 128 on one CPU thread and is not offered.
 
