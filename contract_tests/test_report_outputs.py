@@ -126,6 +126,7 @@ def test_writes_png_svg_markdown_html_and_comparisons(report):
 
 # contract §16 (pages generated from records): `mebench docs` asks for no figures; the report's
 # Markdown is the same, byte for byte, and no image is drawn or returned.
+@pytest.mark.slow
 def test_a_report_without_figures_writes_the_same_markdown_and_no_image(report, tmp_path):
     root = report[0]
     with warnings.catch_warnings():

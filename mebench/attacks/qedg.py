@@ -128,7 +128,7 @@ class QEDG(SynthesisAttack):
              "in Hard Label Setting, AAAI 2025")
     output_mode_reason = "QEDG is a hard-label attack: it reads the victim's top-1 label only (utils.py:237)"
     Params = Params
-    smoke_params = {"batch_size": 16, "g_steps": 2, "nz": 8, "generator_width": 4, "passes": 2,
+    smoke_params = {"batch_size": 32, "g_steps": 2, "nz": 8, "generator_width": 4, "passes": 1,
                     "final_epochs": 1, "crop_pad": 1, "max_empty_rounds": 2}
 
     @classmethod
