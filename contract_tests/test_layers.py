@@ -127,3 +127,10 @@ def test_no_import_circles_among_mebench_modules():
         graph[name] = {d for d in deps if not d.startswith(name + ".") and not name.startswith(d + ".")}
     assert len(graph) > 50
     assert cycles(graph) == []
+
+
+# issue 35: the engine is the query loop and its probe events; what a run writes, builds or
+# measures lives in the modules around it (world, seed_records, probes), so it stays short.
+def test_the_engine_stays_the_loop_and_its_events():
+    lines = (PACKAGE / "engine.py").read_text().splitlines()
+    assert len(lines) <= 250, f"mebench/engine.py has {len(lines)} lines (at most 250)"

@@ -20,12 +20,13 @@ import torch
 from tqdm.auto import tqdm
 
 from mebench import artifacts
+from mebench.seed_records import record_run_metadata, summary_tail, utc_now, write_outputs
 from mebench.config import RunConfig
 from mebench.data.cache import QueryStore
 from mebench.naming import QUERY_CACHE_DIR, sweep_dead_caches
 from mebench.oracle import Oracle
 from mebench.config.plan import RunPlan, resolve
-from mebench.probes import MEASUREMENT_COLUMNS, PROBES, Probe, Scored, merge_section
+from mebench.probes import PROBES, Probe, Scored, merge_section
 from mebench.progress import Say, Ticker, interval_of, prefixed
 from mebench.resume import resume_seeds
 from mebench.seeding import seed_everything
@@ -174,41 +175,6 @@ def query_loop(world: World, on_checkpoint: Callable[[int], None]) -> float:
         spent = collect(world.attack, world.oracle, world.state, on_checkpoint, advance)
     ticker.close("scoring at the checkpoints included")
     return spent
-
-
-def write_outputs(seed_dir: Path, rows: list[dict[str, Any]], probes: list[Probe], final: bool) -> None:
-    """metrics.csv (Track A/B rows, §16.2), measurements.csv (every other probe's numbers) and the probes' files."""
-    artifacts.write_metrics_csv(seed_dir / "metrics.csv", rows)
-    measured = [m for p in probes for m in p.measurements()]
-    if measured:
-        artifacts.write_csv(seed_dir / "measurements.csv", MEASUREMENT_COLUMNS, measured)
-    for p in probes:
-        p.write(seed_dir, final)
-
-
-def utc_now() -> str:
-    """ISO-8601 UTC time to the second (``completed_at``)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def summary_tail(oracle: Oracle, timings: dict[str, float], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the loop itself measured: queries, timings and the metrics rows."""
-    collect_s = timings.get("collect") or 0.0
-    return {"queries_used": oracle.queries_used, "budget": oracle.budget,
-            "timings_s": timings, "queries_per_second": (oracle.queries_used / collect_s) if collect_s else None,
-            "results": rows}
-
-
-def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:
-    """Append the seed-run's line to ``<output_dir>/run_metadata.jsonl`` (safe for concurrent runs)."""
-    import json
-
-    from mebench.report.metadata import METADATA_FILE, append_metadata, run_metadata_entry
-
-    summary_path = seed_dir / "summary.json"
-    if summary_path.is_file():
-        summary = json.loads(summary_path.read_text())
-        append_metadata(Path(cfg.run.output_dir) / METADATA_FILE, run_metadata_entry(summary, seed_dir))
 
 
 def run_seeds_together(cfg: RunConfig, prep: Prepared, seeds: list[int], plans: dict[int, RunPlan], directory: Path,
