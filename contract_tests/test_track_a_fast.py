@@ -122,6 +122,7 @@ def test_default_track_a_is_bit_identical_without_the_fast_pooling(monkeypatch):
     built = lenet_trainer().fresh_model()
     assert [type(m) for m in fast.modules()] == [type(m) for m in built.modules()]
     assert list(fast.state_dict()) == list(built.state_dict())
+    assert not any(m.training for m in fast.modules())  # restored modules in eval mode like the rest
     swapped = maxpool.swap_in(built)
     assert sum(isinstance(m, maxpool.MaxPool2x2) for m in built.modules()) == 2 and len(swapped) == 1
     monkeypatch.setattr(maxpool, "swap_in", lambda model: [])

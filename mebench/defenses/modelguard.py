@@ -118,15 +118,19 @@ class ModelGuardW(Defense):
 class Codebook:
     """ModelGuard-S's centroids per top-1 class, in insertion order (``quantize.py:225-247, 346-388``)."""
 
+    dtype = torch.float64
+    """Precision of the centroids and distances (the reference's float32 is a measured deviation,
+    ``results/modelguard/deviations.py``)."""
+
     def __init__(self, num_classes: int, epsilon: float, norm: int) -> None:
         self.epsilon, self.norm = epsilon, norm
-        self.centroids: list[torch.Tensor] = [torch.empty(0, num_classes, dtype=torch.float64)
+        self.centroids: list[torch.Tensor] = [torch.empty(0, num_classes, dtype=self.dtype)
                                               for _ in range(num_classes)]
 
     def quantize(self, y: torch.Tensor) -> torch.Tensor:
         """Each row replaced by its class's first centroid within ε, rows taken in order; a row with
         none joins the codebook. One pass per centroid added, never per answer."""
-        y = y.double().cpu()
+        y = y.to(self.dtype).cpu()
         out = torch.empty_like(y)
         top = y.argmax(dim=1)
         for c in top.unique().tolist():

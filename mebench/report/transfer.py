@@ -271,8 +271,8 @@ def write_transfer_report(frames: dict[str, pd.DataFrame], results: pd.DataFrame
             files[f"{name}_csv"] = out / f"{name}.csv"
             frame.to_csv(files[f"{name}_csv"], index=False)
     figures = write_transfer_curves(tt, out, draw=figures_too)
-    for key, paths in figures.items():
-        files.update({f"transfer_curves_{key}_{ext}": p for ext, p in paths.items() if figures_too})
+    if figures_too:
+        files.update({f"transfer_curves_{key}_{ext}": p for key, paths in figures.items() for ext, p in paths.items()})
     from mebench.report.document import render_markdown
 
     files["transfer_md"] = out / "transfer.md"

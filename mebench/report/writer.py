@@ -127,10 +127,9 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     curves = write_curve_figures(agg, victims, out, draw=figures)
-    for (dataset, mode), fig_paths in curves.items():
-        for ext, p in fig_paths.items():
-            if figures:
-                files[f"curves_{slug(dataset)}_{slug(mode)}_{ext}"] = p
+    if figures:
+        files.update({f"curves_{slug(dataset)}_{slug(mode)}_{ext}": p
+                      for (dataset, mode), fig_paths in curves.items() for ext, p in fig_paths.items()})
     _write_table(relative_sources(frame, out), out, "results", files)
     _write_table(aggregate_csv_frame(agg), out, "aggregate", files)
     prov = provenance(paths, out)
@@ -154,10 +153,10 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     matrix = defense_matrix(frame, n_bootstrap=n_bootstrap)
     if not matrix.empty:
         _write_table(matrix, out, "defenses", files)
-        for (dataset, mode), fig_paths in write_defense_scatter(matrix, out, draw=figures).items():
-            for ext, p in fig_paths.items():
-                if figures:
-                    files[f"defenses_{slug(dataset)}_{slug(mode)}_{ext}"] = p
+        scatter = write_defense_scatter(matrix, out, draw=figures)
+        if figures:
+            files.update({f"defenses_{slug(dataset)}_{slug(mode)}_{ext}": p
+                          for (dataset, mode), fig_paths in scatter.items() for ext, p in fig_paths.items()})
         _write_pages(defense_blocks(matrix), out, "defenses", "mebench defenses", files, html=False)
     adaptive = adaptive_matrix(frame, n_bootstrap=n_bootstrap)
     if not adaptive.empty:

@@ -63,7 +63,6 @@ def for_training(model: nn.Module, fast: FastSpec) -> tuple[nn.Module, Callable[
         maxpool.restore(swaps)
         if fast.channels_last:
             model.to(memory_format=torch.contiguous_format)
-        model.train(trained.training)
         return model
 
     return trained, finish

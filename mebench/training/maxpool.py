@@ -123,8 +123,11 @@ def swap_in(model: nn.Module) -> Swaps:
 
 
 def restore(swaps: Swaps) -> None:
-    """Put back the modules ``swap_in`` replaced (parameters were never moved)."""
+    """Put back the modules ``swap_in`` replaced (parameters were never moved), in the train/eval
+    mode their sequence is in now (training may have switched it while they were out)."""
     for seq, old in swaps:
+        for m in old:
+            m.train(seq.training)
         _set_children(seq, old)
 
 

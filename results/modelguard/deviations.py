@@ -61,18 +61,7 @@ def probs(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 class Float32Codebook(Codebook):
     """The reference's precision: centroids and distances in the victim's float32."""
 
-    def __init__(self, num_classes: int, epsilon: float, norm: int) -> None:
-        super().__init__(num_classes, epsilon, norm)
-        self.centroids = [c.float() for c in self.centroids]
-
-    def quantize(self, y: torch.Tensor) -> torch.Tensor:
-        y = y.float()
-        out = torch.empty_like(y)
-        top = y.argmax(dim=1)
-        for c in top.unique().tolist():
-            rows = (top == c).nonzero().flatten()
-            out[rows] = self._quantize_class(c, y[rows])
-        return out
+    dtype = torch.float32
 
 
 def codebook_precision(y: torch.Tensor) -> dict:
