@@ -4,17 +4,26 @@ attacker removes is marked (contract §10: results are paired by seed, never poo
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
+from mebench.artifacts import write_metrics_csv
 from mebench.report.adaptive import adaptive_blocks, adaptive_matrix
+from mebench.report.load import load_results
 
 
-def frame(undefended: float, naive: float, adaptive: float, noise: float = 0.01) -> pd.DataFrame:
+def frame(undefended: float, naive: float, adaptive: float, noise: float = 0.01,
+          own: float | None = None) -> pd.DataFrame:
     rows = []
+    conditions = [("none", "naive", undefended), ("rs", "naive", naive), ("rs", "argmax", adaptive),
+                  ("rs", "multi_query", adaptive - 0.05)]
+    if own is not None:  # the argmax attacker against the undefended victim
+        conditions.append(("none", "argmax", own))
     for seed in (0, 1, 2):
-        for defense, strategy, value in (("none", "naive", undefended), ("rs", "naive", naive),
-                                         ("rs", "argmax", adaptive), ("rs", "multi_query", adaptive - 0.05)):
+        for defense, strategy, value in conditions:
             label = "random" if strategy == "naive" else f"random.{strategy}"
             rows.append({"dataset": "MNIST", "output_mode": "soft_prob", "substitute_arch": "lenet5",
                          "victim_id": "v" if defense == "none" else f"v+{defense}", "label": label,
@@ -52,4 +61,50 @@ def test_the_table_names_the_strategy_and_the_stream_utility():
     blocks = adaptive_blocks(adaptive_matrix(frame(0.9, 0.3, 0.9), n_bootstrap=200))
     rows = [b for b in blocks if b.kind == "table"][0].rows
     assert rows[0][0] == "rs" and rows[0][4].startswith("argmax: ") and rows[0][6] == "⚠ vanishes"
-    assert rows[0][9] == "0.500"
+    assert rows[0][7] == "–"  # the argmax attacker was not run without the defense
+    assert rows[0][10] == "0.500"
+
+
+def test_the_best_strategy_is_also_shown_against_the_undefended_victim():
+    """An argmax attacker pays for one-hot labels without any defense; the matrix shows that level and
+    what the defense itself takes from the same strategy, paired by seed."""
+    m = adaptive_matrix(frame(0.90, 0.30, 0.70, own=0.80), n_bootstrap=300)
+    r = m.iloc[0]
+    assert r["own_undefended_mean"] == pytest.approx(0.81)  # mean over seeds of 0.80 + 0.01 * seed
+    assert r["defense_cost_mean"] == pytest.approx(0.70 - 0.80)
+    assert r["defense_cost_n"] == 3
+    rows = [b for b in adaptive_blocks(m) if b.kind == "table"][0].rows
+    assert rows[0][7].startswith("0.8100 ± ") and "-0.1000" in rows[0][7]
+
+
+def _cell(folder: Path, budgets: tuple[int, ...], stream: dict[int, tuple[float, float]] | None) -> None:
+    folder.mkdir(parents=True)
+    (folder / "run_config.yaml").write_text("attack: {name: random}\ndataset: {name: MNIST}\n")
+    write_metrics_csv(folder / "metrics.csv", [
+        {"seed": 0, "checkpoint_B": b, "track": "A", "acc_gt": 0.5, "agreement": 0.5, "kl_mean": 0.5,
+         "l1_mean": 0.05, "attack": "random", "data_mode": "surrogate", "output_mode": "soft_prob",
+         "victim_id": "v+mad", "substitute_arch": "lenet5"} for b in budgets])
+    last = budgets[-1]
+    final = {"queries": last, "stream_l1": 0.9, "stream_label_change": 0.8}
+    (folder / "summary.json").write_text(json.dumps({
+        "status": "complete", "seed": 0, "attack": {"name": "random", "label": "random"},
+        "dataset": {"name": "MNIST"}, "victim": {"victim_id": "v", "test_accuracy": 0.99},
+        "defense": {"name": "mad", "stream_utility": final}}))
+    if stream is not None:
+        lines = ["seed,checkpoint_B,track,probe,metric,value"]
+        for b, (l1, change) in stream.items():
+            lines += [f"0,{b},-,stream_utility,stream_l1,{l1}", f"0,{b},-,stream_utility,stream_label_change,{change}"]
+        (folder / "measurements.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_stream_utility_is_read_at_each_rows_own_checkpoint(tmp_path):
+    """A 1k row shows the stream utility of the first 1,000 answered queries, not the run's final one;
+    without the per-checkpoint record only the checkpoint summary.json was taken at gets a value."""
+    _cell(tmp_path / "with" / "stamp" / "seed_0", (1000, 10000), {1000: (0.5, 0.25), 10000: (0.9, 0.8)})
+    _cell(tmp_path / "without" / "stamp" / "seed_0", (1000, 10000), None)
+    f = load_results(tmp_path).set_index(["run_name", "checkpoint_B"])
+    assert f.loc[("with", 1000), "defense_stream_l1"] == 0.5
+    assert f.loc[("with", 1000), "defense_stream_label_change"] == 0.25
+    assert f.loc[("with", 10000), "defense_stream_l1"] == 0.9
+    assert pd.isna(f.loc[("without", 1000), "defense_stream_l1"])
+    assert f.loc[("without", 10000), "defense_stream_label_change"] == 0.8

@@ -12,6 +12,10 @@ fact, so its gain is an upper estimate with 3 seeds). Marks:
   attacker's is not (its CI reaches 0 or above): the protection is gone;
 - ``mostly recovered``: the adaptive attacker wins back at least half of the naive drop (means);
 - ``holds``: neither; ``no protection``: the naive drop itself is not significant.
+
+Beside them, the best adaptive strategy against the undefended victim (when measured) and what the
+defense takes from that same strategy, paired by seed: an adaptive attacker can pay for its strategy
+without any defense (one-hot labels cost agreement), and this column tells that price from the defense's.
 """
 
 from __future__ import annotations
@@ -62,6 +66,10 @@ def _row(key: dict, defense: str, base: pd.Series, by: dict, g: pd.DataFrame, n_
     out.update(_paired("naive_drop", base, naive, n_bootstrap))
     out.update(_paired("adaptive_drop", base, None if best is None else adaptive[best], n_bootstrap))
     out.update(_paired("recovered", naive, None if best is None else adaptive[best], n_bootstrap))
+    own = None if best is None else by.get(("none", best))
+    out["own_undefended_mean"] = None if own is None else own.mean()
+    out["own_undefended_std"] = None if own is None else own.std(ddof=1)
+    out.update(_paired("defense_cost", own, None if best is None else adaptive[best], n_bootstrap))
     out["mark"] = _mark(out)
     return out
 
@@ -107,6 +115,16 @@ def _fmt(r: pd.Series, prefix: str) -> str:
     return f"{text} ({fmt_gain(r[f'{p}_mean'], r[f'{p}_ci_low'], r[f'{p}_ci_high'], int(r[f'{p}_n']))})"
 
 
+def _own(r: pd.Series) -> str:
+    """The best adaptive strategy without the defense, and the defense's paired cost to it."""
+    if r["own_undefended_mean"] is None or pd.isna(r["own_undefended_mean"]):
+        return "–"
+    text = fmt_mean_std(r["own_undefended_mean"], r["own_undefended_std"])
+    if r["defense_cost_mean"] is None or pd.isna(r["defense_cost_mean"]):
+        return text
+    return f"{text} ({fmt_gain(r['defense_cost_mean'], r['defense_cost_ci_low'], r['defense_cost_ci_high'], int(r['defense_cost_n']))})"
+
+
 def _num(v: Any, digits: int = 3) -> str:
     return "–" if v is None or pd.isna(v) else f"{v:.{digits}f}"
 
@@ -121,8 +139,10 @@ def adaptive_blocks(matrix: pd.DataFrame) -> list[Block]:
         "mean |Δp| per class on the test split, and on the attacker's own stream the mean L1 "
         "|Δp| and the share of answers whose top-1 changed. ⚠ vanishes: the naive drop is significant "
         "and the adaptive one is not; ⚠ mostly recovered: the adaptive attacker wins back at least "
-        "half of the naive drop."))]
-    heads = ["defense", "B", "undefended", "naive", "best adaptive", "recovered", "mark", "test acc",
+        "half of the naive drop. 'same strategy, undefended': the best adaptive strategy against the "
+        "victim without the defense, and in brackets what the defense takes from it (paired)."))]
+    heads = ["defense", "B", "undefended", "naive", "best adaptive", "recovered", "mark",
+             "same strategy, undefended", "test acc",
              "test |Δp|", "stream L1 |Δp|", "stream label change"]
     for (dataset, mode, label, dm, track), m in matrix.groupby(
             ["dataset", "output_mode", "base_label", "data_mode", "track"], sort=True):
@@ -133,7 +153,7 @@ def adaptive_blocks(matrix: pd.DataFrame) -> list[Block]:
             rec = fmt_gain(r["recovered_mean"], r["recovered_ci_low"], r["recovered_ci_high"], int(r["recovered_n"]))
             rows.append([str(r["defense"]), budget_label(int(r["checkpoint_B"])), _fmt(r, "undefended"),
                          "–" if r["naive_mean"] is None or pd.isna(r["naive_mean"]) else _fmt(r, "naive"),
-                         adaptive, rec, str(r["mark"]), _num(r["defense_test_accuracy"]),
+                         adaptive, rec, str(r["mark"]), _own(r), _num(r["defense_test_accuracy"]),
                          _num(r["defense_perturbation"], 4), _num(r["defense_stream_l1"]),
                          _num(r["defense_stream_label_change"])])
         blocks += [Block("h2", f"{dataset} · {mode} · {label} ({dm}) · Track {track}"), table(heads, rows)]

@@ -117,6 +117,26 @@ def read_metrics(path: Path) -> tuple[list[dict[str, str]], str]:
     return rows, ""
 
 
+def read_probe(path: Path, probe: str) -> dict[int, dict[str, float]]:
+    """``{checkpoint B: {metric: value}}`` of one probe's rows in ``measurements.csv``; ``{}`` when the
+    file is missing or not whole (a probe's numbers are then unknown, never guessed)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    if not text.endswith("\n"):
+        return {}
+    out: dict[int, dict[str, float]] = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        if row.get("probe") != probe:
+            continue
+        try:
+            out.setdefault(int(row["checkpoint_B"]), {})[str(row["metric"])] = float(row["value"])
+        except (KeyError, TypeError, ValueError):
+            return {}
+    return out
+
+
 def _row_problem(fields: list[str], header: list[str], row: Mapping[str, str]) -> str:
     """Why one row cannot be read whole ("" when it can)."""
     if len(fields) != len(header):

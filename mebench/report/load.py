@@ -43,6 +43,7 @@ import pandas as pd
 from mebench.artifacts import METRICS_COLUMNS
 from mebench.metricspec import METRIC_NAMES
 from mebench.report.folders import (NO_SUMMARY, completion_time, is_grid_cell, leftover_cache, read_config,
+                                    read_probe,
                                     read_metrics, read_summary, result_problem, seed_folders)
 
 METRIC_COLUMNS: tuple[str, ...] = METRIC_NAMES
@@ -94,6 +95,8 @@ class RunRecord:
     completed_from: str = ""
     problem: str = ""
     status: str = ""
+    stream: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    """The ``stream_utility`` probe's numbers per checkpoint (``measurements.csv``), when recorded."""
 
     @property
     def state(self) -> str:
@@ -218,6 +221,7 @@ def _read_seed_folder(folder: Path) -> RunRecord:
         rows=rows, summary=summary, run_config=read_config(folder / "run_config.yaml"),
         run_name=folder.parent.parent.name, run_id=folder.parent.name, source=str(folder),
         completed=completed, completed_from=completed_from,
+        stream=read_probe(folder / "measurements.csv", "stream_utility") if not problem else {},
         problem=problem + leftover_cache(folder) if problem else "", status=status,
     )
 
@@ -298,7 +302,7 @@ def records_to_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         if rec.problem:
             continue
         extra = _record_columns(rec)
-        rows.extend({**{c: r.get(c, "") for c in CSV_COLUMNS}, **extra} for r in rec.rows)
+        rows.extend({**{c: r.get(c, "") for c in CSV_COLUMNS}, **extra, **_stream_columns(rec, r)} for r in rec.rows)
     frame = pd.DataFrame(rows, columns=[*CSV_COLUMNS, *EXTRA_COLUMNS])
     return _typed(frame)
 
@@ -319,8 +323,6 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
         "defense_test_accuracy": _as_float(_section(defense, "utility").get("test_accuracy")),
         "defense_agreement": _as_float(_section(defense, "utility").get("agreement_with_undefended")),
         "defense_perturbation": _as_float(_section(defense, "utility").get("mean_abs_perturbation")),
-        "defense_stream_l1": _as_float(_section(defense, "stream_utility").get("stream_l1")),
-        "defense_stream_label_change": _as_float(_section(defense, "stream_utility").get("stream_label_change")),
         **_adaptive_columns(attack),
         "dataset": str(dataset.get("name") or UNKNOWN),
         "victim_test_accuracy": _as_float(victim.get("test_accuracy")),
@@ -330,6 +332,23 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
         "control_for": ";".join(sorted(map(str, controls))) if isinstance(controls, list) else UNRECORDED,
         **identity_columns(rec),
     }
+
+
+def _stream_columns(rec: RunRecord, row: Mapping[str, Any]) -> dict[str, float]:
+    """The stream utility at the row's own checkpoint: cumulative over the first B answered queries
+    (``measurements.csv``). Without those rows, summary.json's value counts only for the checkpoint it
+    was taken at (its ``queries``); an earlier checkpoint's is unknown (NaN), never the final one."""
+    try:
+        budget = int(row.get("checkpoint_B", ""))
+    except (TypeError, ValueError):
+        budget = -1
+    at = rec.stream.get(budget)
+    if at is None and not rec.stream:
+        final = _section(_section(rec.summary, "defense"), "stream_utility")
+        at = final if _as_float(final.get("queries")) == budget else None
+    at = at or {}
+    return {"defense_stream_l1": _as_float(at.get("stream_l1")),
+            "defense_stream_label_change": _as_float(at.get("stream_label_change"))}
 
 
 def _adaptive_columns(attack: Mapping[str, Any]) -> dict[str, str]:
