@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mebench.harness.cost import DETECTOR_FORWARDS, estimate
+from mebench.harness.cost import DEFENSE_FORWARDS, DETECTOR_FORWARDS, estimate
 
 REPO = Path(__file__).resolve().parents[1]
 #: Fake step times: one SGD step of 128 images 0.128 s (1 ms an image), one forward 0.1 ms an image.
@@ -89,6 +89,22 @@ def test_defense_fit_utility_and_detection_streams_are_counted(make_cfg) -> None
     per_image = (1 + DETECTOR_FORWARDS["prada"]) * F  # the victim, then PRADA's distances
     assert prada["detection"] == pytest.approx(3 * 500 * per_image)  # 3 benign streams of max_budget images
     assert prada["queries"] == pytest.approx(500 * per_image)
+
+
+def test_grad2_counts_its_surrogate_fit_and_its_answers(make_cfg) -> None:
+    # GRAD²: the surrogate (victim architecture) distilled epochs * n / batch_size steps on its data's
+    # train split; each answer a Jacobian-vector product of the surrogate (DEFENSE_FORWARDS forwards)
+    from mebench.data.profiles import PROFILES
+
+    budget = {"max_budget": 500, "checkpoints": [200, 500]}
+    prof = PROFILES.get(make_cfg().dataset.name)
+    g = phases(make_cfg(budget=budget, defense={"name": "grad2"}))
+    assert g["defense_fit"] == pytest.approx(round(10 * prof.train_size / 128) * T)  # 10 epochs, batch 128
+    assert g["queries"] == pytest.approx(500 * (1 + DEFENSE_FORWARDS["grad2"]) * F)
+    assert g["defense_utility"] == pytest.approx(prof.test_size * (1 + DEFENSE_FORWARDS["grad2"]) * F)
+    other = phases(make_cfg(budget=budget, defense={"name": "grad2", "params": {"surrogate_data": "FashionMNIST",
+                                                                                "epochs": 2.0}}))
+    assert other["defense_fit"] == pytest.approx(round(2 * PROFILES.get("FashionMNIST").train_size / 128) * T)
 
 
 def test_attack_loops_count_their_own_models() -> None:

@@ -20,7 +20,9 @@ the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
   drops the term when the members come from the disk cache (``mebench.refcache``);
 - ``init_variance`` (counted in ``track_a``): ``inits`` more Track A trainings at the largest B;
 - ``defense_fit``: Adaptive Misinformation's model, ``epochs * train_size / batch_size`` steps
-  (twice the images with outlier exposure) ``* T(victim)``, once per process and parameters;
+  (twice the images with outlier exposure) ``* T(victim)``, and GRAD²'s surrogate, ``epochs *
+  train_size / batch_size`` steps of its data's train split ``* T(victim)`` (its architecture is the
+  victim's), once per process and parameters;
 - ``defense_utility``: the test split through the defended victim;
 - ``detection``: ``benign_streams`` benign streams of ``max_budget`` images per source through the
   defended victim and the detector (PRADA's distances: ``DETECTOR_FORWARDS``, measured here);
@@ -55,6 +57,10 @@ EXTRA_FORWARD_DEFENSES = frozenset({"mad", "adaptive_misinformation"})
 #: growing sets took about 8 MNIST LeNet-5 forwards an image at budgets up to 10k on one thread
 #: (results/cost: the prada cell's ``detection_benign`` and ``collect`` timings); it grows with the sets.
 DETECTOR_FORWARDS = {"prada": 8.0}
+#: GRAD²'s answer: a forward-mode Jacobian-vector product of the surrogate per image, about 3 victim
+#: forwards (results/adaptive: the MNIST grad2 cells' ``collect`` took 2.8 s for 10k queries against
+#: 0.7 s undefended, one thread; a LeNet-5 forward is about 0.07 ms an image there).
+DEFENSE_FORWARDS = {"grad2": 3.0}
 PHASES = ("prepare", "queries", "attack", "track_a", "track_b", "transfer", "transfer_reference",
           "defense_fit", "defense_utility", "detection")
 
@@ -167,7 +173,8 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = 
     gen = probe("generator", shape, k)["train_step_s"] if own.generator_examples else 0.0
     gan = probe("lenet5", shape, k)["train_step_s"] / LENET5_REF_STEP_S if own.gan_examples else 0.0
     d = plan.defense
-    extra = vic["forward_image_s"] * ((d.name in EXTRA_FORWARD_DEFENSES) + DETECTOR_FORWARDS.get(d.name, 0.0))
+    extra = vic["forward_image_s"] * ((d.name in EXTRA_FORWARD_DEFENSES) + DETECTOR_FORWARDS.get(d.name, 0.0)
+                                      + DEFENSE_FORWARDS.get(d.name, 0.0))
     answer = vic["forward_image_s"] + extra
     n_ckpt, track_b = len(plan.checkpoints), bool(cls.has_track_b)
     s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
@@ -218,13 +225,19 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = 
 
 def defense_fit_steps(defense: Any, train_size: int) -> int:
     """SGD steps (batch 128-sized) of a defense's own model fit: Adaptive Misinformation's
-    ``epochs * train_size / batch_size``, twice the images when outlier exposure is on; else 0."""
+    ``epochs * train_size / batch_size``, twice the images when outlier exposure is on; GRAD²'s
+    surrogate, ``epochs * n / batch_size`` over its data's train split (``train_size`` for the
+    victim's own); else 0."""
     p = defense.params
-    if defense.name != "adaptive_misinformation" or getattr(p, "epochs", None) is None:
+    if defense.name not in ("adaptive_misinformation", "grad2") or getattr(p, "epochs", None) is None:
         return 0
+    if defense.name == "grad2" and p.surrogate_data != "victim":
+        from mebench.data.profiles import PROFILES
+
+        train_size = PROFILES.get(p.surrogate_data).train_size
     steps = round(p.epochs * train_size / p.batch_size)
-    batch_scale = p.batch_size / 128 * (1 if getattr(p, "outlier_source", "none") == "none" else 2)
-    return round(steps * batch_scale)
+    outliers = defense.name == "adaptive_misinformation" and getattr(p, "outlier_source", "none") != "none"
+    return round(steps * p.batch_size / 128 * (2 if outliers else 1))
 
 
 class _Probe:
