@@ -75,6 +75,19 @@ def test_the_best_strategy_is_also_shown_against_the_undefended_victim():
     assert r["defense_cost_n"] == 3
     rows = [b for b in adaptive_blocks(m) if b.kind == "table"][0].rows
     assert rows[0][7].startswith("0.8100 ± ") and "-0.1000" in rows[0][7]
+    assert r["mark"] == "⚠ mostly recovered"  # the defense takes 0.10 from the argmax attacker too
+
+
+def test_a_defense_that_takes_nothing_from_the_adaptive_strategy_is_marked():
+    """Reverse sigmoid keeps every top-1: the argmax attacker agrees less than the undefended soft-label
+    attacker, but exactly as much as argmax without the defense; the gap is one-hot labels' price."""
+    m = adaptive_matrix(frame(0.93, 0.75, 0.83, own=0.83), n_bootstrap=300)
+    r = m.iloc[0]
+    assert r["adaptive_drop_ci_high"] < 0 and r["defense_cost_mean"] == pytest.approx(0.0)
+    assert r["mark"] == "⚠ no cost to argmax"
+    # an adaptive attacker that does worse than the naive one is no reason for a warning
+    worse = adaptive_matrix(frame(0.93, 0.90, 0.83, own=0.83), n_bootstrap=300).iloc[0]
+    assert worse["mark"] == "holds"
 
 
 def _cell(folder: Path, budgets: tuple[int, ...], stream: dict[int, tuple[float, float]] | None) -> None:

@@ -10,8 +10,12 @@ fact, so its gain is an upper estimate with 3 seeds). Marks:
 
 - ``vanishes``: the naive drop is significant (its 95 % CI is below 0) and the best adaptive
   attacker's is not (its CI reaches 0 or above): the protection is gone;
+- ``no cost to <strategy>``: the naive drop is significant; the best adaptive attacker does better
+  than the naive one and still agrees less than the undefended naive one, but no less than the same
+  strategy against the undefended victim (that paired CI reaches 0): what it gives up is the
+  strategy's own price (one-hot labels cost agreement without any defense), not the defense's;
 - ``mostly recovered``: the adaptive attacker wins back at least half of the naive drop (means);
-- ``holds``: neither; ``no protection``: the naive drop itself is not significant.
+- ``holds``: none of these; ``no protection``: the naive drop itself is not significant.
 
 Beside them, the best adaptive strategy against the undefended victim (when measured) and what the
 defense takes from that same strategy, paired by seed: an adaptive attacker can pay for its strategy
@@ -99,6 +103,10 @@ def _mark(r: dict) -> str:
     a_hi = r["adaptive_drop_ci_high"]
     if a_hi is not None and a_hi >= 0:
         return "⚠ vanishes"
+    c_lo, c_hi = r.get("defense_cost_ci_low"), r.get("defense_cost_ci_high")
+    gained = r.get("recovered_mean") is not None and r["recovered_mean"] > 0  # it beats the naive attacker
+    if gained and c_lo is not None and c_hi is not None and c_lo <= 0 <= c_hi:
+        return f"⚠ no cost to {r['best_adaptive']}"
     if r["adaptive_drop_mean"] >= drop / 2:
         return "⚠ mostly recovered"
     return "holds"
@@ -139,7 +147,9 @@ def adaptive_blocks(matrix: pd.DataFrame) -> list[Block]:
         "mean |Δp| per class on the test split, and on the attacker's own stream the mean L1 "
         "|Δp| and the share of answers whose top-1 changed. ⚠ vanishes: the naive drop is significant "
         "and the adaptive one is not; ⚠ mostly recovered: the adaptive attacker wins back at least "
-        "half of the naive drop. 'same strategy, undefended': the best adaptive strategy against the "
+        "half of the naive drop; ⚠ no cost to <strategy>: the defense takes nothing measurable from the "
+        "best adaptive strategy, whose remaining gap to the undefended attacker is the strategy's own "
+        "price. 'same strategy, undefended': the best adaptive strategy against the "
         "victim without the defense, and in brackets what the defense takes from it (paired)."))]
     heads = ["defense", "B", "undefended", "naive", "best adaptive", "recovered", "mark",
              "same strategy, undefended", "test acc",
