@@ -158,3 +158,25 @@ def test_generator_reset_is_seeded_and_dcgan_scaled():
 def test_quantize_truncates_like_the_references_png():
     x = torch.tensor([0.0, 0.5, 1.0, 1.2, -0.1, 0.99999])
     assert torch.equal(quantize(x) * 255, torch.tensor([0.0, 127.0, 255.0, 255.0, 0.0, 254.0]))
+
+
+# QEDG's query-free augmentation (utils.py:396-405): in 5 % of batches the sure images are flipped;
+# labels and queries are untouched, and the reference's `--free_aug False` is argparse's True.
+def test_free_aug_flips_only_the_sure_images_of_a_chosen_batch():
+    x = torch.arange(2 * 1 * 2 * 3, dtype=torch.float32).view(2, 1, 2, 3)
+    logits = torch.tensor([[10.0, 0.0], [0.1, 0.0]])  # image 0 sure (p > 0.95), image 1 not
+    g = torch.Generator().manual_seed(0)
+    outs = [qedg.free_aug(x, logits, g) for _ in range(400)]
+    changed = [o for o in outs if not torch.equal(o, x)]
+    assert 0 < len(changed) < 60  # about 5 % of 400 batches
+    for o in changed:
+        assert torch.equal(o[1], x[1])  # the unsure image is never flipped
+        assert torch.equal(o[0], x[0].flip(2)) or torch.equal(o[0], x[0].flip(1))
+    assert {torch.equal(o[0], x[0].flip(2)) for o in changed} == {True, False}  # both flips occur
+
+
+def test_free_aug_is_a_checked_switch():
+    assert qedg.Params().free_aug is True
+    with pytest.raises(ConfigError) as err:
+        make("qedg", 100, (100,), free_aug="False")
+    assert err.value.key == "attack.params.free_aug"

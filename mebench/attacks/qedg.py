@@ -55,11 +55,26 @@ class Params:
     final_epochs: int = 50
     crop_pad: int = 4
     crop_first: bool = True
+    free_aug: bool = True
     max_empty_rounds: int = 20
 
 
 #: The authors' script per data set (scripts/fmnist.sh:1, utils.py:330-336: the crop comes last).
 DATASET_PRESETS: dict[str, dict[str, Any]] = {"FashionMNIST": {"balance_scale": 3.0, "crop_first": False}}
+
+FREE_AUG_PROB, FREE_AUG_CONFIDENCE = 0.05, 0.95
+"""Query-free augmentation (``utils.py:396-405``): in a training batch, with probability 0.05, the
+images the substitute is surer of than 0.95 are flipped (horizontally or vertically, even odds)."""
+
+
+def free_aug(x: torch.Tensor, logits: torch.Tensor, g: Optional[torch.Generator]) -> torch.Tensor:
+    """The reference's ``free_aug`` on one batch: ``x`` with its sure images flipped, or ``x`` itself
+    (no flip this batch). The labels stay the victim's answers to the unflipped images."""
+    if float(torch.rand((), generator=g)) >= FREE_AUG_PROB:
+        return x
+    dim = 3 if int(torch.randint(2, (), generator=g)) == 0 else 2  # RandomHorizontalFlip | RandomVerticalFlip
+    sure = logits.detach().softmax(dim=1).max(dim=1).values > FREE_AUG_CONFIDENCE
+    return torch.where(sure.view(-1, 1, 1, 1), x.flip(dim), x)
 
 
 def geometric(x: torch.Tensor, g: Optional[torch.Generator], per_image: bool, pad: int, crop_first: bool) -> torch.Tensor:
@@ -143,8 +158,9 @@ class QEDG(SynthesisAttack):
         if not 0 < params.select_threshold <= 1:
             raise ConfigError("attack.params.select_threshold", params.select_threshold,
                               "must be in (0, 1]: the top-1 probability at or below which an image is queried")
-        if not isinstance(params.crop_first, bool):
-            raise ConfigError("attack.params.crop_first", params.crop_first, "must be true or false")
+        for key in ("crop_first", "free_aug"):
+            if not isinstance(getattr(params, key), bool):
+                raise ConfigError(f"attack.params.{key}", getattr(params, key), "must be true or false")
 
     @classmethod
     def training_cost(cls, params: Params, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
@@ -186,13 +202,18 @@ class QEDG(SynthesisAttack):
 
     def _train(self, model: nn.Module, opt: torch.optim.Optimizer, passes: int) -> None:
         """``passes`` passes over the pool in query order, full batches only (``main.py:37-39``: no
-        shuffle, ``drop_last``), imbalance cross-entropy (``main.py:122-133``)."""
+        shuffle, ``drop_last``), imbalance cross-entropy (``main.py:122-133``), with ``free_aug`` the
+        reference's query-free flips and a second forward on the flipped batch (``main.py:125-129``)."""
         x, y = self.pool()
         full = len(x) // self.hp.batch_size * self.hp.batch_size
         model.train()
         for _ in range(passes):
             for idx in torch.arange(full, device=self.device).split(self.hp.batch_size):
-                loss = imbalance_ce(model(x[idx]), y[idx], self.hp.balance_scale)
+                xb = x[idx]
+                logits = model(xb)
+                if self.hp.free_aug:  # the reference forwards the batch again, flipped or not
+                    logits = model(free_aug(xb, logits, self.rng))
+                loss = imbalance_ce(logits, y[idx], self.hp.balance_scale)
                 if not bool(torch.isfinite(loss)):
                     raise DivergenceError(f"qedg: substitute loss is NaN/inf in round {self.round}")
                 opt.zero_grad(set_to_none=True)
@@ -215,4 +236,4 @@ class QEDG(SynthesisAttack):
         return self._check_student(model, state.queries_used)
 
 
-__all__ = ["QEDG", "Params", "diversity_loss", "geometric", "imbalance_ce", "over_confidence_loss"]
+__all__ = ["QEDG", "Params", "diversity_loss", "free_aug", "geometric", "imbalance_ce", "over_confidence_loss"]
