@@ -115,3 +115,20 @@ def test_bad_params_fail_with_one_message(key, value):
     with pytest.raises(ConfigError) as err:
         ds.DualStudents.check_params(ds.Params(**{key: value}), 1000, (1000,))
     assert err.value.key == f"attack.params.{key}" and "\n" not in str(err.value)
+
+
+# The named variant sample_mode "train" (both references sample in eval mode): the generator's batch
+# norm normalises each query batch by its own statistics, so the queries differ from eval mode's
+# from the first batch on; a mistyped mode is one config error before any work.
+def test_sample_mode_decides_the_generators_mode_when_querying():
+    first = {}
+    for mode in ("eval", "train"):
+        attack = make_attack(64, (64,), sample_mode=mode)
+        state = type("S", (), {"queries_used": 0, "max_budget": 64, "budget_left": 64})()
+        batch = attack.propose(8, state)
+        assert attack.generator.training is (mode == "train")
+        first[mode] = batch.x
+    assert not torch.equal(first["eval"], first["train"])
+    with pytest.raises(ConfigError) as err:
+        make_attack(64, (64,), sample_mode="training")
+    assert err.value.key == "attack.params.sample_mode"

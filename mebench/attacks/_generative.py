@@ -84,7 +84,9 @@ class StudentsVsGenerator(Attack):
         if self.phase == 0:
             self._generator_steps()
         z = torch.randn(k, self.hp.nz, generator=self.rng, device=self.device)
-        self.generator.eval()  # both references sample the students' queries in eval mode
+        # both references sample the students' queries in eval mode; sample_mode "train" (a named
+        # variant) normalises each query batch by its own statistics, as an untrained generator does
+        self.generator.train(self.hp.sample_mode == "train")
         with torch.no_grad():
             x = self.query_pixels(self.generator(z))
         if not bool(torch.isfinite(x).all()):

@@ -51,6 +51,11 @@ class Params:
     pixel_map: str = "normalized_tanh"
 
 
+SAMPLE_MODES = ("eval", "train")
+"""How DisGUIDE and Dual Students sample their queries: the generator in eval mode (both references)
+or in train mode (batch-norm on each query batch's own statistics; a named variant)."""
+
+
 def check_generator_params(params: Any) -> None:
     """Value rules shared by every attack that builds a DFME generator (``nz``, width, pixel map)."""
     for key in ("nz", "generator_width"):
@@ -59,6 +64,9 @@ def check_generator_params(params: Any) -> None:
             raise ConfigError(f"attack.params.{key}", value, "must be a positive integer")
     if params.pixel_map not in PIXEL_MAPS:
         raise ConfigError("attack.params.pixel_map", params.pixel_map, f"must be one of {', '.join(PIXEL_MAPS)}")
+    mode = getattr(params, "sample_mode", "eval")
+    if mode not in SAMPLE_MODES:
+        raise ConfigError("attack.params.sample_mode", mode, f"must be one of {', '.join(SAMPLE_MODES)}")
 
 
 def check_lr_schedule(params: Any) -> None:

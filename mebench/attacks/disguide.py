@@ -58,6 +58,7 @@ class Params:
     lr_gamma: float = 0.3
     lr_milestones: tuple[float, ...] = (0.4, 0.8)
     pixel_map: str = "unit_tanh"
+    sample_mode: str = "eval"
 
 
 class SoftVote(nn.Module):

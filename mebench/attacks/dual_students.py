@@ -52,6 +52,7 @@ class Params:
     ema_interval: int = 10
     generator_pre_tanh: bool = True
     pixel_map: str = "normalized_tanh"
+    sample_mode: str = "eval"
 
 
 def pairwise_l1(logits: list[torch.Tensor]) -> torch.Tensor:
