@@ -43,8 +43,7 @@ import pandas as pd
 from mebench.artifacts import METRICS_COLUMNS
 from mebench.metricspec import METRIC_NAMES
 from mebench.report.folders import (NO_SUMMARY, completion_time, is_grid_cell, leftover_cache, read_config,
-                                    read_probe,
-                                    read_metrics, read_summary, result_problem, seed_folders)
+                                    read_metrics, read_probe, read_summary, result_problem, seed_folders)
 
 METRIC_COLUMNS: tuple[str, ...] = METRIC_NAMES
 """The metrics of contract §1.3 (``mebench.metrics.METRICS``), in the order every report shows them."""
