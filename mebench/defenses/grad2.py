@@ -42,9 +42,10 @@ import torch
 import torch.nn.functional as F
 
 from mebench.defenses.base import DEFENDER_SEED, Defense, DefenseContext, register_defense
-from mebench.errors import ConfigError, DivergenceError
+from mebench.errors import ConfigError
 from mebench.seeding import generator
-from mebench.training.loop import batch_indices
+from mebench.training.loop import train_steps
+from mebench.training.spec import OptimizerSpec
 
 TARGETS = ("all_ones", "min_ip")
 VICTIM_DATA = "victim"
@@ -112,28 +113,21 @@ def train_surrogate(model: torch.nn.Module, x: torch.Tensor, p: torch.Tensor, pa
                     g: torch.Generator) -> torch.nn.Module:
     """Distil the victim's posteriors ``p`` on uint8 images ``x`` into ``model`` (train_surrogate.py:22-65):
     soft cross-entropy, Nesterov SGD, a cosine schedule of ``schedule_epochs`` stopped after ``epochs``."""
-    n, bs = int(x.shape[0]), params.batch_size
-    per_epoch = n / bs
+    per_epoch = int(x.shape[0]) / params.batch_size
     steps = max(1, round(params.epochs * per_epoch))
-    opt = torch.optim.SGD(model.parameters(), lr=params.lr, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY,
-                          nesterov=True)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, round(params.schedule_epochs * per_epoch)))
-    finite = torch.ones((), dtype=torch.bool, device=x.device)
-    model.train()
-    for idx in batch_indices(n, steps, bs, g):
-        idx = idx.to(x.device)
-        xb = x.index_select(0, idx).float().div_(255.0)
-        if params.augment:
-            xb = random_crop(xb, CROP_PADDING, g)
-        loss = -(p.index_select(0, idx) * torch.log_softmax(model(xb), dim=1)).sum(dim=1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        finite &= torch.isfinite(loss.detach())
-    if not bool(finite):
-        raise DivergenceError("GRAD²'s surrogate loss became NaN or infinite")
-    return model.eval()
+
+    def pixels(xb: torch.Tensor) -> torch.Tensor:
+        xb = xb.float().div_(255.0)
+        return random_crop(xb, CROP_PADDING, g) if params.augment else xb
+
+    return train_steps(model, x, p, loss_fn=soft_cross_entropy, steps=steps, batch_size=params.batch_size,
+                       optimizer=OptimizerSpec("sgd", params.lr, MOMENTUM, WEIGHT_DECAY, nesterov=True),
+                       generator=g, transform=pixels, schedule_steps=round(params.schedule_epochs * per_epoch))
+
+
+def soft_cross_entropy(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy to probability targets, averaged over the batch (utils.py:55-79, temperature 1)."""
+    return -(p * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
 
 
 @register_defense

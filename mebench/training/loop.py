@@ -76,6 +76,7 @@ def train_steps(
     on_step: Optional[Callable[[int], None]] = None,
     transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     losses: Optional[torch.Tensor] = None,
+    schedule_steps: Optional[int] = None,
 ) -> nn.Module:
     """Train ``model`` for ``steps`` steps on ``(x, y)`` with a fresh optimizer and schedule.
 
@@ -85,12 +86,14 @@ def train_steps(
     augmentation for victim recipes; Track A, which never augments (§5), uses it only for a
     memory-layout change, ``mebench.training.fast``) is applied to each input batch. ``losses``, a float tensor of ``steps``
     entries on the model's device, receives each step's loss (a device copy, no host
-    synchronisation; ``mebench.training.health`` reads it). Raises ``DivergenceError`` if the
-    loss becomes NaN or infinite.
+    synchronisation; ``mebench.training.health`` reads it). ``schedule_steps`` (at least ``steps``)
+    is the cosine schedule's length when training stops early on it (default: ``steps``). Raises
+    ``DivergenceError`` if the loss becomes NaN or infinite.
     """
     device = next(model.parameters()).device
     opt = make_optimizer(model.parameters(), optimizer)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps)) if cosine else None
+    t_max = max(1, steps, schedule_steps or 0)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=t_max) if cosine else None
     model.train()
     finite = torch.ones((), dtype=torch.bool, device=device)
     for step, idx in enumerate(batch_indices(len(x), steps, batch_size, generator), 1):
