@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from contract_tests.test_prada_reference import reference_rule
+from test_prada_reference import reference_rule  # contract_tests/ is on sys.path (rootdir import mode)
 from mebench.defenses.detection import shapiro_wilk_w
 from mebench.defenses.prada import LEGACY, Prada, _distances
 
