@@ -62,9 +62,11 @@ class Params:
 #: The authors' script per data set (scripts/fmnist.sh:1, utils.py:330-336: the crop comes last).
 DATASET_PRESETS: dict[str, dict[str, Any]] = {"FashionMNIST": {"balance_scale": 3.0, "crop_first": False}}
 
-FREE_AUG_PROB, FREE_AUG_CONFIDENCE = 0.05, 0.95
-"""Query-free augmentation (``utils.py:396-405``): in a training batch, with probability 0.05, the
-images the substitute is surer of than 0.95 are flipped (horizontally or vertically, even odds)."""
+FREE_AUG_PROB, FREE_AUG_FLIP_P, FREE_AUG_CONFIDENCE = 0.05, 0.5, 0.95
+"""Query-free augmentation (``utils.py:396-405``): in a training batch, with probability 0.05, one
+flip is picked (horizontal or vertical, even odds) and torchvision's ``RandomHorizontalFlip()`` /
+``RandomVerticalFlip()`` (default ``p=0.5``, one coin for the whole batch tensor) applies it, so the
+images the substitute is surer of than 0.95 are flipped in 0.05 x 0.5 = 2.5 % of the batches."""
 
 
 def free_aug(x: torch.Tensor, logits: torch.Tensor, g: Optional[torch.Generator]) -> torch.Tensor:
@@ -73,8 +75,24 @@ def free_aug(x: torch.Tensor, logits: torch.Tensor, g: Optional[torch.Generator]
     if float(torch.rand((), generator=g)) >= FREE_AUG_PROB:
         return x
     dim = 3 if int(torch.randint(2, (), generator=g)) == 0 else 2  # RandomHorizontalFlip | RandomVerticalFlip
+    if float(torch.rand((), generator=g)) >= FREE_AUG_FLIP_P:  # the flip transform's own coin
+        return x
     sure = logits.detach().softmax(dim=1).max(dim=1).values > FREE_AUG_CONFIDENCE
     return torch.where(sure.view(-1, 1, 1, 1), x.flip(dim), x)
+
+
+def rotate(x: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
+    """``x`` (N, C, H, W) turned counter-clockwise by ``degrees`` (one angle per image, shape (N,)),
+    nearest-neighbour with zero fill, about the image centre: torchvision's
+    ``transforms.functional.rotate`` (what ``RandomRotation`` calls, ``utils.py:339``) on each image,
+    pixel for pixel (``contract_tests/test_ideal_qedg.py``). Differentiable in ``x``."""
+    angle = degrees.to(x.device, x.dtype) * (math.pi / 180.0)
+    cos, sin = angle.cos(), angle.sin()
+    zero = torch.zeros_like(cos)
+    # affine_grid maps each output pixel to the input pixel it reads: the inverse (clockwise) turn
+    theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
 
 
 def geometric(x: torch.Tensor, g: Optional[torch.Generator], per_image: bool, pad: int, crop_first: bool) -> torch.Tensor:
@@ -102,12 +120,7 @@ def geometric(x: torch.Tensor, g: Optional[torch.Generator], per_image: bool, pa
         u = draw(m, 3)
         t = torch.where((u[:, 0] < 0.5).view(n, 1, 1, 1), t.flip(3), t)
         t = torch.where((u[:, 1] < 0.5).view(n, 1, 1, 1), t.flip(2), t)
-        angle = (90.0 + 90.0 * u[:, 2]) * math.pi / 180.0
-        cos, sin = angle.cos(), angle.sin()
-        zero = torch.zeros_like(cos)
-        theta = torch.stack([torch.stack([cos, sin, zero], 1), torch.stack([-sin, cos, zero], 1)], 1)
-        grid = F.affine_grid(theta.to(t.dtype), list(t.shape), align_corners=False)
-        return F.grid_sample(t, grid, mode="nearest", padding_mode="zeros", align_corners=False)
+        return rotate(t, 90.0 + 90.0 * u[:, 2])
 
     return flips_rotate(crop(x)) if crop_first else crop(flips_rotate(x))
 
