@@ -116,8 +116,50 @@ def test_generator_loss_is_disagreement_plus_diversity():
 
 
 # contract 7.1: one message naming key, value and rule.
-@pytest.mark.parametrize("key,value", [("ensemble_size", 1), ("replay_size", 0), ("lr_milestones", (0.8, 0.4))])
+@pytest.mark.parametrize("key,value", [("ensemble_size", 1), ("replay_size", 0), ("lr_milestones", (0.8, 0.4)),
+                                       ("lr_schedule", "cosine"), ("epoch_iterations", 0)])
 def test_bad_params_fail_with_one_message(key, value):
     with pytest.raises(ConfigError) as err:
         disguide.DisGUIDE.check_params(disguide.Params(**{key: value}), 1000, (1000,))
     assert err.value.key == f"attack.params.{key}" and "\n" not in str(err.value)
+
+
+def _reference_lrs(budget: int, epoch_queries: int, milestones: tuple[float, ...], gamma: float) -> list[float]:
+    """The learning rate of each epoch as the reference steps it (disguide/train.py:311, 322-327,
+    341-353): MultiStepLR at ``int(m * N)`` of N = budget // epoch_queries + 1 epochs, stepped after each."""
+    n = budget // epoch_queries + 1
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, sorted(int(m * n) for m in milestones), gamma)
+    lrs = []
+    for _ in range(n):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    return lrs
+
+
+# issue 53: lr_schedule "epochs" (the default) gives, at every query count, the rate torch's MultiStepLR
+# gives the reference's epoch; below one epoch's queries both milestones fall at epoch 0 (x 0.09 throughout).
+@pytest.mark.parametrize("budget", [1_000, 10_000, 76_799, 76_800, 100_000, 400_000])
+def test_epoch_schedule_is_the_references_multisteplr(budget):
+    attack = make_attack(budget, (budget,), batch_size=256)
+    assert attack.hp.lr_schedule == "epochs" and attack.hp.epoch_iterations == 150
+    epoch_queries = 150 * 256
+    ref = _reference_lrs(budget, epoch_queries, attack.hp.lr_milestones, attack.hp.lr_gamma)
+    state = type("S", (), {"max_budget": budget, "queries_used": 0})()
+    for q in sorted({0, 1, budget // 3, budget // 2, budget - 1, *range(0, budget, epoch_queries // 2)}):
+        state.queries_used = q
+        assert attack.hp.lr_gamma ** attack.lr_drops(state) == pytest.approx(ref[q // epoch_queries], rel=1e-12), q
+    state.queries_used = 0
+    assert attack.lr_drops(state) == (2 if budget < epoch_queries else 1 if budget < 2 * epoch_queries else 0)
+
+
+# issue 53: lr_schedule "budget" (named variant) drops at 40 % and 80 % of the run's budget.
+def test_budget_schedule_drops_at_fractions_of_the_budget():
+    attack = make_attack(10_000, (10_000,), lr_schedule="budget")
+    state = type("S", (), {"max_budget": 10_000, "queries_used": 0})()
+    drops = []
+    for q in (0, 3_999, 4_000, 7_999, 8_000, 9_999):
+        state.queries_used = q
+        drops.append(attack.lr_drops(state))
+    assert drops == [0, 0, 1, 1, 2, 2]

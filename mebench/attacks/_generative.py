@@ -44,9 +44,14 @@ class StudentsVsGenerator(Attack):
         """The students' optimizers (one shared, or one each)."""
         raise NotImplementedError
 
-    def _set_learning_rates(self, state: "EngineState") -> None:
+    def lr_drops(self, state: "EngineState") -> int:
+        """How many ``lr_gamma`` steps have fallen: the milestones, fractions of the budget, that the
+        queries spent so far have reached (DFME's schedule, read as its papers state it)."""
         progress = state.queries_used / max(1, state.max_budget)
-        factor = self.hp.lr_gamma ** sum(progress >= x for x in self.hp.lr_milestones)
+        return sum(progress >= x for x in self.hp.lr_milestones)
+
+    def _set_learning_rates(self, state: "EngineState") -> None:
+        factor = self.hp.lr_gamma ** self.lr_drops(state)
         pairs = [(o, self.hp.lr_student) for o in self.student_optimizers()] + [(self.opt_g, self.hp.lr_generator)]
         for opt, base in pairs:
             for group in opt.param_groups:

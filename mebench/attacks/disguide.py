@@ -59,6 +59,24 @@ class Params:
     lr_milestones: tuple[float, ...] = (0.4, 0.8)
     pixel_map: str = "unit_tanh"
     sample_mode: str = "eval"
+    lr_schedule: str = "epochs"
+    epoch_iterations: int = 150
+
+
+#: ``lr_schedule`` values: ``epochs`` steps as the reference's code does, ``budget`` at fractions of the budget.
+LR_SCHEDULES = ("epochs", "budget")
+
+
+def epoch_milestones(params: "Params", max_budget: int) -> tuple[int, int, list[int]]:
+    """The reference's schedule in whole epochs (``disguide/train.py:311, 322-327, 341-353``): an epoch
+    is ``epoch_iterations`` iterations of ``query_steps * batch_size`` queries, the run has
+    ``N = max_budget // epoch_queries + 1`` epochs, and ``MultiStepLR`` drops at epochs
+    ``int(m * N)``, stepped once after each epoch. Returns (epoch_queries, N, milestones): below one
+    epoch's queries (38,400 at the defaults) every milestone is epoch 0, so the whole run is at
+    ``lr_gamma ** len(lr_milestones)`` of the base rates."""
+    epoch_queries = params.epoch_iterations * params.query_steps * params.batch_size
+    n = max_budget // epoch_queries + 1
+    return epoch_queries, n, sorted(int(m * n) for m in params.lr_milestones)
 
 
 class SoftVote(nn.Module):
@@ -131,6 +149,10 @@ class DisGUIDE(StudentsVsGenerator):
                            unit=("momentum",))
         check_generator_params(params)
         check_lr_schedule(params)
+        if params.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError("attack.params.lr_schedule", params.lr_schedule,
+                              f"must be one of {', '.join(LR_SCHEDULES)} (the reference's epochs, or fractions of the budget)")
+        check_param_ranges(params, ints={"epoch_iterations": 1})
 
     @classmethod
     def training_cost(cls, params: Params, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
@@ -167,6 +189,15 @@ class DisGUIDE(StudentsVsGenerator):
 
     def student_optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.opt_s]
+
+    def lr_drops(self, state: "EngineState") -> int:
+        """``lr_schedule: epochs``: the milestones that the epochs completed so far have reached
+        (:func:`epoch_milestones`); ``budget``: the fractions of the budget reached."""
+        if self.hp.lr_schedule == "budget":
+            return super().lr_drops(state)
+        epoch_queries, _, milestones = epoch_milestones(self.hp, state.max_budget)
+        done = state.queries_used // epoch_queries
+        return sum(m <= done for m in milestones)
 
     # -- generator ----------------------------------------------------------------------
     def generator_loss(self, x: torch.Tensor) -> torch.Tensor:
