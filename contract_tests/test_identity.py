@@ -45,3 +45,16 @@ def test_hidden_files_and_dangling_links_neither_break_nor_change_the_identity(t
     (pkg / ".#cli.py").symlink_to(tmp_path / "no-such-file")  # an editor's lock link
     (pkg / "attacks" / ".scratch.py").write_text("x = 1\n")
     assert identity.source_digest(pkg) == before
+
+
+# contract §16 / issue 58: a record names the CPU model and the instruction set torch's kernels use,
+# which tell two machines with the same torch apart (a victim's build moved Random @1k by 0.1).
+def test_machine_info_names_cpu_model_and_capability() -> None:
+    import torch
+
+    from mebench.runinfo import machine_info
+
+    info = machine_info("cpu")
+    assert isinstance(info["cpu_model"], str)
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and info["cpu_capability"]
+    assert info["device"] == "cpu" and "gpu" not in info

@@ -46,11 +46,28 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``; ``""`` when
+    neither says): two machines with the same torch can still differ in float kernels."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model"):
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def machine_info(device: str) -> dict[str, Any]:
+    """Where a result was computed: platform, CPU model and the instruction set torch's CPU kernels use
+    (``torch.backends.cpu.get_cpu_capability``), threads, device and the GPU's name on CUDA."""
     import torch  # here, not at import: git_commit/library_versions serve the torch-free report
 
     info: dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(),
                             "hostname": platform.node(), "cpu_count": os.cpu_count(),
+                            "cpu_model": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                             "torch_threads": torch.get_num_threads(), "device": device}
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
