@@ -1,7 +1,8 @@
 """Tiny SYNTH runs whose metrics.csv bytes are pinned (issue 35: outputs stay byte-identical).
 
-Each case is a set of config overrides for ``mebench.testing.synthetic_config``; the digests in
-``test_run_plan.py`` were computed on the code before the run plan existed (commit 27f4652).
+Each case is a set of config overrides for ``mebench.testing.synthetic_config``; the digests
+(``data/pins/metrics_csv.json``, per environment) were first computed on the code before the run
+plan existed (commit 27f4652).
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ CASES: dict[str, dict] = {
 }
 
 
-def tiny_metrics_digest(tmp_path: Path, victim_path: Path, case: str) -> str:
-    """sha256 of the metrics.csv bytes of one tiny single-seed run (1 torch thread)."""
+def tiny_metrics(tmp_path: Path, victim_path: Path, case: str) -> bytes:
+    """The metrics.csv bytes of one tiny single-seed run (1 torch thread)."""
     from mebench.testing import deep_update, synthetic_config_dict
 
     raw = deep_update(synthetic_config_dict(tmp_path, victim_path), {"budget": BUDGET, **CASES[case]})
-    return _one_thread_digest(raw)
+    return _one_thread_metrics(raw)
+
+
+def tiny_metrics_digest(tmp_path: Path, victim_path: Path, case: str) -> str:
+    """sha256 of :func:`tiny_metrics`."""
+    return hashlib.sha256(tiny_metrics(tmp_path, victim_path, case)).hexdigest()
 
 
 #: The same five runs on real MNIST with the LeNet-5 victim (``victims/mnist_lenet5.pt``), from
@@ -59,11 +65,11 @@ def real_metrics_digest(tmp_path: Path, root: Path, case: str, data_root: Path) 
     raw = deep_update(raw, {"run": {"seeds": [0], "output_dir": str(tmp_path / "runs")},
                             "victim": {"checkpoint_ref": str(root / "victims" / "mnist_lenet5.pt")},
                             "dataset": {"data_root": str(data_root)}, "budget": REAL_BUDGET, **REAL_CASES[case]})
-    return _one_thread_digest(raw)
+    return hashlib.sha256(_one_thread_metrics(raw)).hexdigest()
 
 
-def _one_thread_digest(raw: dict) -> str:
-    """Run ``raw`` (one seed) with one torch thread; the sha256 of its seed_0 ``metrics.csv`` bytes."""
+def _one_thread_metrics(raw: dict) -> bytes:
+    """Run ``raw`` (one seed) with one torch thread; its seed_0 ``metrics.csv`` bytes."""
     import torch
 
     from mebench import engine
@@ -75,4 +81,4 @@ def _one_thread_digest(raw: dict) -> str:
         result = engine.run(parse_config(raw), progress=False)
     finally:
         torch.set_num_threads(threads)
-    return hashlib.sha256((result.directory / "seed_0" / "metrics.csv").read_bytes()).hexdigest()
+    return (result.directory / "seed_0" / "metrics.csv").read_bytes()

@@ -2,7 +2,7 @@
 
 Ray tasks on one node, ``-n`` workers and later runs share transferability's reference models and a
 defense's fitted models through ``mebench.fitcache``: one process fits a missing entry under the
-entry's ``flock``, the others wait and load it. Here several forked processes ask for the same
+entry's ``flock``, the others wait and load it. Here several spawned processes ask for the same
 entry at once (each fit sleeps, so they overlap) and every fit appends one line to a counter file.
 """
 
@@ -12,12 +12,14 @@ import multiprocessing
 import os
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
 
 from mebench import cachedir, fitcache, refcache
 from mebench.defenses.misinformation import AdaptiveMisinformation
+from mebench.testing import register_synthetic
 from mebench.training.track_a import TrackATrainer
 
 from test_adaptive_misinformation import _context, _victim
@@ -36,15 +38,34 @@ def _digest(model: torch.nn.Module) -> str:
     return repr([(k, v.sum().item()) for k, v in sorted(model.state_dict().items())])
 
 
-def _ask_together(target, out: Path) -> list[str]:
-    """Run ``target(barrier, out/i)`` in PROCESSES forked processes at once; their results."""
-    ctx = multiprocessing.get_context("fork")
+def _counting(counter: Path, set_attr=setattr) -> None:
+    """Make every Track A training and every Adaptive Misinformation fit append a line to ``counter``."""
+    real = TrackATrainer.train
+    set_attr(TrackATrainer, "train", lambda self, *a, **k: _count(counter) or real(self, *a, **k))
+    real_fit = AdaptiveMisinformation._fit.__func__
+    set_attr(AdaptiveMisinformation, "_fit", classmethod(lambda cls, *a: _count(counter) or real_fit(cls, *a)))
+
+
+def _child(target, barrier, result: Path, counter: Path, code_identity: Optional[str]) -> None:
+    """A spawned process: a fresh interpreter, so it registers SYNTH and counts fits itself."""
+    register_synthetic()
+    _counting(counter)
+    if code_identity is not None:
+        refcache.identity.code_identity = lambda: code_identity
+    target(barrier, result)
+
+
+def _ask_together(target, out: Path, counter: Path, code_identity: Optional[str] = None) -> list[str]:
+    """Run ``target(barrier, out/i)`` in PROCESSES processes at once; their results. The processes are
+    spawned, not forked: a fork after CUDA or autograd threads exist is unsafe (issue 51)."""
+    ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(PROCESSES)
-    procs = [ctx.Process(target=target, args=(barrier, out / f"r{i}")) for i in range(PROCESSES)]
+    procs = [ctx.Process(target=_child, args=(target, barrier, out / f"r{i}", counter, code_identity))
+             for i in range(PROCESSES)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(120)
     assert [p.exitcode for p in procs] == [0] * PROCESSES
     return [(out / f"r{i}").read_text() for i in range(PROCESSES)]
 
@@ -54,11 +75,7 @@ def counter(monkeypatch, tmp_path) -> Path:
     monkeypatch.setenv(cachedir.ENV, str(tmp_path / "cache"))
     path = tmp_path / "fits"
     path.touch()
-    real = TrackATrainer.train
-    monkeypatch.setattr(TrackATrainer, "train", lambda self, *a, **k: _count(path) or real(self, *a, **k))
-    real_fit = AdaptiveMisinformation._fit.__func__
-    monkeypatch.setattr(AdaptiveMisinformation, "_fit",
-                        classmethod(lambda cls, *a: _count(path) or real_fit(cls, *a)))
+    _counting(path, monkeypatch.setattr)
     return path
 
 
@@ -69,15 +86,14 @@ def _reference(barrier, result: Path) -> None:
     result.write_text(_digest(refcache.load_or_train(_spec(), "cpu", x, y)))
 
 
-def test_concurrent_tasks_train_a_reference_once_per_code_identity(counter, monkeypatch, tmp_path):
+def test_concurrent_tasks_train_a_reference_once_per_code_identity(counter, tmp_path):
     # contract §10: one training per node per code identity; the others load the same weights
-    first = _ask_together(_reference, tmp_path)
+    first = _ask_together(_reference, tmp_path, counter)
     assert len(counter.read_text().splitlines()) == 1
     assert len(set(first)) == 1
-    again = _ask_together(_reference, tmp_path)  # a later run on the node: all hits
+    again = _ask_together(_reference, tmp_path, counter)  # a later run on the node: all hits
     assert len(counter.read_text().splitlines()) == 1 and again == first
-    monkeypatch.setattr(refcache.identity, "code_identity", lambda: "0.0+src.changed")
-    _ask_together(_reference, tmp_path)
+    _ask_together(_reference, tmp_path, counter, code_identity="0.0+src.changed")
     assert len(counter.read_text().splitlines()) == 2  # a code change: exactly one more
 
 
@@ -92,7 +108,7 @@ def _misinformation(barrier, result: Path) -> None:
 
 
 def test_concurrent_tasks_fit_a_defense_once_and_keep_its_record(counter, tmp_path):
-    results = _ask_together(_misinformation, tmp_path)
+    results = _ask_together(_misinformation, tmp_path, counter)
     assert len(counter.read_text().splitlines()) == 1
     assert len(set(results)) == 1 and "synthetic_blobs" in results[0] and results[0].endswith("False")
 

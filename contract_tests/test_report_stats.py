@@ -194,8 +194,7 @@ def _append_many(path: str, proc: int, n: int) -> None:
 def test_concurrent_appends_lose_no_line(tmp_path):
     # contract 11: several processes appending at once keep every line intact
     path = str(tmp_path / "run_metadata.jsonl")
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold CUDA or autograd threads
     procs = [ctx.Process(target=_append_many, args=(path, p, 50)) for p in range(4)]
     for p in procs:
         p.start()

@@ -11,6 +11,8 @@ import json
 import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,7 +247,7 @@ def test_runs_started_together_get_distinct_folders(tmp_path):
     for t in threads:
         t.join()
     assert len(set(made)) == 8 and all(p.is_dir() and not any(p.iterdir()) for p in made)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold CUDA or autograd threads
     start, out = ctx.Barrier(4), ctx.Queue()
     procs = [ctx.Process(target=_reserve, args=(str(tmp_path / "procs"), start, out)) for _ in range(4)]
     for p in procs:
@@ -332,7 +334,6 @@ def test_mebench_run_sweeps_caches_of_dead_runs(run_config, tmp_path):
 
 def _dead_pid() -> int:
     """A pid that no process has (a child that has exited and been reaped)."""
-    proc = multiprocessing.get_context("fork").Process(target=int)
-    proc.start()
-    proc.join()
-    return int(proc.pid)
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
