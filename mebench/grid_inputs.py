@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mebench.harness.grid import Cell, Grid, GridError
+from mebench.harness.grid import Cell, Grid, GridError, UntrainedVictims
 
 
 def check_inputs(grid: Grid) -> None:
@@ -24,7 +24,7 @@ def check_inputs(grid: Grid) -> None:
     if not grid.cells:
         missing = [n.replace("left out victim", "victim", 1) for n in grid.notes if n.startswith("left out victim")]
         if missing:
-            raise GridError(f"{grid.path}: no cell to run: {'; '.join(missing)}")
+            raise UntrainedVictims(f"{grid.path}: no cell to run: {'; '.join(missing)}")
         return
     for root, download in sorted({(c.cfg.dataset.data_root, c.cfg.dataset.download) for c in grid.cells}, key=str):
         _data_root(root, download, grid.path)

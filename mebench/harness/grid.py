@@ -158,9 +158,11 @@ class Grid:
 
 @dataclass
 class GridSet:
-    """Several benchmark configs run as one grid (e.g. one per victim dataset)."""
+    """Several benchmark configs run as one grid (e.g. one per victim dataset), and a line for each
+    config left out because none of its victims is trained."""
 
     grids: list[Grid]
+    left_out: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def cells(self) -> list[Cell]:
@@ -172,17 +174,41 @@ class GridSet:
 
     def describe(self) -> list[str]:
         """A header line per config followed by its notes (printed after collection)."""
-        return [line for g in self.grids for line in [g.title, *(f"  {n}" for n in g.notes)]]
+        return [*(f"mebench grid left out: {line}" for line in self.left_out),
+                *(line for g in self.grids for line in [g.title, *(f"  {n}" for n in g.notes)])]
 
 
 class GridError(Exception):
     """A benchmark config cannot be expanded into a grid."""
 
 
+class UntrainedVictims(GridError):
+    """A benchmark config has no cell to run because none of its victims is trained."""
+
+
+#: What ``--transfer`` adds to every cell's ``measure`` (``mebench run --transfer`` adds the same).
+TRANSFER_MEASURE: dict[str, Any] = {"transfer": {"methods": ["fgsm", "pgd", "cw"]}}
+
+
 def load_grids(paths: Sequence[Path], rootdir: Path, seeds: Optional[Sequence[int]] = None,
-               budgets: Optional[Sequence[int]] = None, smoke_only: bool = False) -> GridSet:
-    """:func:`load_grid` for every config; cell ids must be distinct across them."""
-    grids = GridSet([load_grid(p, rootdir, seeds, budgets, smoke_only) for p in paths])
+               budgets: Optional[Sequence[int]] = None, smoke_only: bool = False, transfer: bool = False,
+               leave_out_untrained: bool = False) -> GridSet:
+    """:func:`load_grid` for every config; cell ids must be distinct across them.
+
+    ``leave_out_untrained`` (the default set of configs, none named): a config none of whose victims
+    is trained is left out with one line naming the recipes to train, instead of failing the session;
+    at least one config must remain. ``transfer`` measures transferability on every cell."""
+    grids, left_out = [], []
+    for p in paths:
+        try:
+            grids.append(load_grid(p, rootdir, seeds, budgets, smoke_only, transfer))
+        except UntrainedVictims as e:
+            if not leave_out_untrained:
+                raise
+            left_out.append(str(e))
+    if not grids:
+        raise GridError("no grid has a trained victim: " + "; ".join(left_out))
+    grids = GridSet(grids, left_out)
     dup = _duplicate_ids(grids.cells)
     if dup:
         raise GridError(f"duplicate cell ids across {[str(p) for p in paths]}: {dup}: give each config its own name")
@@ -195,11 +221,12 @@ def _duplicate_ids(cells: Sequence[Cell]) -> list[str]:
 
 
 def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
-              budgets: Optional[Sequence[int]] = None, smoke_only: bool = False) -> Grid:
+              budgets: Optional[Sequence[int]] = None, smoke_only: bool = False, transfer: bool = False) -> Grid:
     """Parse, expand and validate a benchmark config; every cell's run config passes §15.2.
 
     ``smoke_only`` (``-m smoke`` without ``--budgets``) keeps the config's budgets up to
-    ``smoke_max_budget``, so the smoke selection is never empty.
+    ``smoke_max_budget``, so the smoke selection is never empty. ``transfer`` adds
+    :data:`TRANSFER_MEASURE` to the config's ``measure`` (a config that sets its own methods keeps them).
     """
     from mebench.config import build_dataclass
     from mebench.errors import ConfigError
@@ -212,6 +239,8 @@ def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
             raise GridError(f"{path}: a benchmark config is a mapping of keys (name, victim, attacks, ...)")
         spec = build_dataclass(BenchmarkSpec, raw, "")
         spec = dataclasses.replace(spec, victims=expand_zoos(spec.victims, rootdir))
+        if transfer:
+            spec = dataclasses.replace(spec, measure={**TRANSFER_MEASURE, **(spec.measure or {})})
         _check_spec(spec)
         for entry in spec.register:
             _call_registration(entry)
@@ -222,6 +251,10 @@ def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
         raise GridError(f"{path}: {e}") from None
     from mebench.grid_inputs import check_inputs
 
+    try:
+        _check_name_selects_nothing(grid)
+    except ConfigError as e:
+        raise GridError(f"{path}: {e}") from None
     check_inputs(grid)
     dup = _duplicate_ids(grid.cells)
     if dup:
@@ -249,6 +282,26 @@ def expand_zoos(victims: Sequence[Any], rootdir: Path) -> tuple[Any, ...]:
             out.append({"key": recipe.name, "victim_id": recipe.name, "checkpoint_ref": f"victims/{recipe.name}.pt",
                         "zoo": str(v["zoo"]), **rest})
     return tuple(out)
+
+
+def _check_name_selects_nothing(grid: Grid) -> None:
+    """A grid's name begins every cell id, and ``-k`` matches substrings of ids: a name holding an
+    attack, defense, data mode, output mode or seed of its cells (``mnistprada``) would put every cell
+    under ``-k prada``. Such a name is refused, in one line, before any cell runs."""
+    from mebench.errors import ConfigError
+
+    name = grid.spec.name.lower()
+    seed = re.search(r"s\d", name)
+    if seed:
+        raise ConfigError("name", grid.spec.name, f"contains '{seed.group()}', which reads as a seed: "
+                                                  f"-k {seed.group()} would select every cell of this grid")
+    for c in grid.cells:
+        for kind, token in (("attack", c.attack), ("attack label", c.label), ("defense", c.defense),
+                            ("defense label", str(c.cfg.defense.label or "")), ("data mode", c.data_mode),
+                            ("output mode", c.output_mode)):
+            if token and token != "none" and token.lower() in name:
+                raise ConfigError("name", grid.spec.name, f"contains '{token}', the {kind} of cell {c.id}: "
+                                                          f"-k {token} would select every cell of this grid")
 
 
 def _budgets(spec: BenchmarkSpec, budgets: Optional[Sequence[int]], smoke_only: bool) -> tuple[int, ...]:
@@ -419,7 +472,7 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
         raw["victim"]["checkpoint_ref"] = ref = str(rootdir / ref)  # benchmark paths are relative to the rootdir
     if isinstance(ref, str) and ref and not Path(ref).is_file():
         note = (f"left out victim {raw['victim'].get('victim_id')}: checkpoint {ref} not found "
-                f"(train it with `mebench victim train configs/victims/<recipe>.yaml`)")
+                f"(train it with `mebench victim train {_recipe_for(raw['victim'].get('victim_id'), rootdir)}`)")
         if note not in grid.notes:
             grid.notes.append(note)
         return None
@@ -438,6 +491,14 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
     validate(cfg, check_files=True)
     marker = "smoke" if cfg.budget.max_budget <= grid.spec.smoke_max_budget else "full"
     return Cell(cell_id, attack, label + adapt, data_mode, output_mode, seed, cfg, marker, dropped, defense["name"])
+
+
+def _recipe_for(victim_id: Optional[str], rootdir: Path) -> str:
+    """The recipe that trains ``victim_id`` (``configs/victims/<victim_id>.yaml`` where it exists)."""
+    from mebench.victims.recipes import RECIPES_DIR
+
+    recipe = rootdir / RECIPES_DIR / f"{victim_id}.yaml"
+    return str(recipe.relative_to(rootdir)) if victim_id and recipe.is_file() else f"{RECIPES_DIR}/<recipe>.yaml"
 
 
 def _run_config_dict(spec: BenchmarkSpec, victim: dict, cell_id: str, attack: str, label: str, params: dict,

@@ -46,6 +46,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="replace the grid's budget checkpoints, e.g. 1000 or 1000,10000")
     g.addoption("--seeds", dest="mebench_seeds", metavar="S1,S2", type=int_list, default=None,
                 help="replace the grid's seeds, e.g. 0 or 0,1")
+    g.addoption("--transfer", dest="mebench_transfer", action="store_true",
+                help="also measure transferability on every cell (FGSM, PGD and CW L2 crafted on each checkpoint "
+                     "substitute, scored on the victim; its reference ensemble is trained once per machine): "
+                     "the grid's most expensive measurement, so it runs only when asked for")
     g.addoption("--gpus", dest="mebench_gpus", metavar="LIST", nargs="?", const="all", type=gpu_list, default=None,
                 help="run cells on CUDA: xdist worker gwN uses GPU N mod count; '--gpus 0,2' restricts the set")
     g.addoption("--ray", dest="mebench_ray", metavar="ADDRESS", default=None, type=ray_address,

@@ -312,6 +312,8 @@ class RayLoop:
             args += ["-m", opt.markexpr]
         if opt.mebench_allow_large:
             args.append("--mebench-allow-large")
+        if getattr(opt, "mebench_transfer", False):
+            args.append("--transfer")
         if gpu:
             args.append("--gpus")
         return args

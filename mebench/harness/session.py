@@ -86,6 +86,8 @@ class BenchOptions:
     overwrite: bool = False
     keep_stale: bool = False
     runs_dir: Optional[Path] = None
+    transfer: bool = False
+    named: bool = True  # the configs were named with --mebench-config (not the default set)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "BenchOptions":
@@ -121,6 +123,7 @@ class BenchOptions:
         return cls(config_paths=configs, json_path=json_path, cells_dir=cells_dir,
                    report_dir=path(opt.mebench_report), gpus=None if gpus is None else tuple(gpus),
                    budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=resume,
+                   transfer=bool(getattr(opt, "mebench_transfer", False)), named=bool(opt.mebench_config),
                    threads=threads, progress_s=float(opt.mebench_progress),
                    resumed_from=resumed_from, overwrite=overwrite, keep_stale=keep_stale, runs_dir=root / RUNS_DIR)
 
@@ -290,7 +293,8 @@ class BenchSession:
         if self._grid is None and self._grid_error is None:
             try:
                 self._grid = load_grids(self.options.config_paths, Path(self.config.rootpath),
-                                        self.options.seeds, self.options.budgets, smoke_only=self.smoke_only)
+                                        self.options.seeds, self.options.budgets, smoke_only=self.smoke_only,
+                                        transfer=self.options.transfer, leave_out_untrained=not self.options.named)
             except GridError as e:
                 self._grid_error = e
         if self._grid_error is not None:
