@@ -383,3 +383,30 @@ def test_usable_cpus_respects_affinity(monkeypatch):
     assert threads.usable_cpus() == 3
     monkeypatch.setattr(threads, "_cgroup_cpu_quota", lambda: 2)
     assert threads.usable_cpus() == 2
+
+
+# issue 52: `mebench run` has the grid's cost guard: a run estimated far beyond the machine is refused in
+# one line before any work (nothing written); --allow-large runs it anyway.
+def test_a_run_far_beyond_the_machine_is_refused_in_one_line(synth_cfg_dict, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "RUN_LIMIT_HOURS", 1e-9)
+    argv = _run_argv(tmp_path, synth_cfg_dict)
+    code, line = _one_line_failure(capsys, argv)
+    assert code == 1 and "RunTooLarge" in line and "--allow-large" in line and "estimated at ~" in line
+    out_dir = tmp_path / "runs_cli"
+    assert not out_dir.exists()
+    assert cli.main([*argv, "--allow-large"]) == 0 and any(out_dir.rglob("summary.json"))
+
+
+# issue 54: an interrupted run says how to continue it.
+def test_an_interrupted_run_says_how_to_resume(synth_cfg_dict, tmp_path, capsys, monkeypatch):
+    from mebench import engine
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "run", interrupted)
+    argv = _run_argv(tmp_path, synth_cfg_dict)
+    capsys.readouterr()
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mebench: interrupted") and f"mebench run {argv[1]} --resume" in err

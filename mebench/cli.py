@@ -24,6 +24,8 @@ from mebench.progress import stderr_lines
 
 #: Seconds between two progress lines of one phase when stderr is not a terminal.
 LOG_INTERVAL_S = 60.0
+#: `mebench run` refuses a run estimated beyond this many hours of wall time unless --allow-large (issue 52).
+RUN_LIMIT_HOURS = 48
 
 
 class StrictParser(argparse.ArgumentParser):
@@ -75,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "scored on the victim; transfer.csv), as measure.transfer.methods: [fgsm, pgd, cw]")
     r.add_argument("--no-progress", action="store_true",
                    help="no progress output (default: bars on a terminal, a line per phase and minute in a log)")
+    r.add_argument("--allow-large", action="store_true",
+                   help=f"run even when the estimate on this machine is beyond {RUN_LIMIT_HOURS} hours of wall time "
+                        "(refused by default: a mistyped size ends in one line instead of days of work)")
     # Two options, not one with an optional value: `--resume CONFIG` must never read CONFIG as the run folder.
     r.add_argument("--resume", action="store_true",
                    help="continue the latest run folder of this config: keep each seed whose files are "
@@ -148,6 +153,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mebench import engine  # torch: only once the config is known to be good
 
     threads = _set_threads(args.threads)
+    if not args.allow_large:
+        _refuse_if_far_beyond_the_machine(cfg)
     print(f"run {cfg.run.name}: seeds {list(cfg.run.seeds)}, device {cfg.run.device}, {threads}", flush=True)
     bars = not args.no_progress and sys.stderr.isatty()  # in a log: a few lines per phase instead of bars
     say = None if args.no_progress or bars else stderr_lines(f"run {cfg.run.name}", interval=LOG_INTERVAL_S)
@@ -161,6 +168,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             std = f" ± {r['std']:.4f}" if r["std"] is not None else ""
             print(f"  B={r['checkpoint_B']:>8} track {r['track']} {r['metric']:<9} {r['mean']:.4f}{std} (n={r['n_seeds']})")
     return 0
+
+
+def _refuse_if_far_beyond_the_machine(cfg: Any) -> None:
+    """The grid's cost estimate (``mebench.harness.cost``, calibrated on this machine) for the run's
+    seeds; beyond ``RUN_LIMIT_HOURS`` of wall time the run is refused in one line."""
+    import torch
+
+    from mebench.config.plan import resolve
+    from mebench.errors import RunTooLarge
+    from mebench.harness.cost import estimate, human
+
+    cost = estimate([resolve(cfg, seed) for seed in cfg.run.seeds], threads=torch.get_num_threads(),
+                    device="cuda" if str(cfg.run.device).startswith("cuda") else "cpu")
+    if cost.wall_seconds > RUN_LIMIT_HOURS * 3600:
+        top = ", ".join(f"{p} {human(v)}" for p, v in sorted(cost.phases.items(), key=lambda kv: -kv[1])[:3])
+        raise RunTooLarge(f"run {cfg.run.name} is estimated at ~{human(cost.wall_seconds)} of wall time on this "
+                          f"machine ({top}), beyond {RUN_LIMIT_HOURS} h: check its sizes (a parameter, --budgets, "
+                          "--seeds), or pass --allow-large to run it anyway")
 
 
 def _resume_dir(args: argparse.Namespace, cfg: Any) -> Optional[Path]:
@@ -352,7 +377,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"mebench: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("mebench: interrupted; temporary caches were removed", file=sys.stderr)
+        again = (f"; `mebench run {args.config} --resume` continues it (finished seeds are kept)"
+                 if args.command == "run" else "")
+        print(f"mebench: interrupted; temporary caches were removed{again}", file=sys.stderr)
         return 130
 
 

@@ -98,3 +98,8 @@ def interrupt_on_sigterm() -> bool:
         return False
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     return True
+
+
+class RunTooLarge(MebenchError):
+    """A run estimated far beyond what this machine finishes (``mebench run``'s cost guard; the grid
+    has its own): refused before any work, with how to shorten it or go on anyway."""

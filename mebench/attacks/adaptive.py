@@ -161,7 +161,7 @@ class Smoothing(_Averaging):
 def parse_adaptive(raw: Mapping[str, Any], output_mode: str) -> Optional[tuple[type[Strategy], Any]]:
     """The strategy class and its ``Params`` for ``attack.adaptive`` (``None`` when naive); one
     ``ConfigError`` naming key, value and rule for any mistake."""
-    from mebench.config import build_dataclass
+    from mebench.config import build_params
     from mebench.registry import unknown_name_message
 
     if not raw:
@@ -176,7 +176,7 @@ def parse_adaptive(raw: Mapping[str, Any], output_mode: str) -> Optional[tuple[t
     if name not in ADAPTIVE:
         raise ConfigError("attack.adaptive.strategy", name, unknown_name_message("adaptive strategy", str(name), ADAPTIVE.names()))
     cls = ADAPTIVE.get(name)
-    params = build_dataclass(cls.Params, {k: v for k, v in raw.items() if k != "strategy"}, "attack.adaptive")
+    params = build_params(cls.Params, {k: v for k, v in raw.items() if k != "strategy"}, "attack.adaptive")
     if output_mode not in cls.output_modes:
         raise ConfigError("attack.adaptive.strategy", name,
                           f"needs attack.output_mode in {sorted(cls.output_modes)} (a top-1 label has nothing "

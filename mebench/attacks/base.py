@@ -283,9 +283,9 @@ def params_fields(params_cls: type) -> list[str]:
 
 def params_from_mapping(params_cls: type, raw: Mapping[str, Any], prefix: str) -> Any:
     """Build ``params_cls`` from config values; unknown keys and bad types raise ConfigError."""
-    from mebench.config import build_dataclass
+    from mebench.config import build_params
 
-    return build_dataclass(params_cls, raw, prefix)
+    return build_params(params_cls, raw, prefix)
 
 
 def check_param_ranges(params: Any, *, ints: Mapping[str, int] = {}, positive: tuple[str, ...] = (),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -74,11 +75,16 @@ def _convert(tp: Any, value: Any, key: str, error: ErrorFactory) -> Any:
             raise error(key, value, "must be a number")
         if isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 raise error(key, value, "must be a number") from None
+            if not math.isfinite(number):
+                raise error(key, value, "must be a finite number")
+            return number
         if not isinstance(value, (int, float)):
             raise error(key, value, "must be a number")
+        if not math.isfinite(value):
+            raise error(key, value, "must be a finite number")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

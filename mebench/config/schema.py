@@ -212,6 +212,17 @@ def build_dataclass(cls: type, raw: Mapping[str, Any], prefix: str) -> Any:
     return builder.build_dataclass(cls, raw, prefix, ConfigError)
 
 
+def build_params(cls: type, raw: Mapping[str, Any], prefix: str) -> Any:
+    """A plugin's ``Params`` (attack, defense, probe, adaptive strategy) from config values: unknown keys
+    and bad types refused by :func:`build_dataclass`, then every number finite and within its upper
+    bound (``mebench.config.limits``), each a ``ConfigError`` naming key, value and rule."""
+    from mebench.config.limits import check_limits
+
+    params = builder.build_dataclass(cls, raw, prefix, ConfigError)
+    check_limits(params, prefix, ConfigError)
+    return params
+
+
 def read_yaml_file(path: Path, missing: str) -> Any:
     """``yaml.safe_load`` of a file; a missing, unreadable or invalid file is one ``ConfigError``."""
     return builder.read_yaml_file(path, missing, ConfigError)

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from mebench.config import (RunConfig, describe_places, apply_overrides, build_dataclass, parse_config,
+from mebench.config import (RunConfig, describe_places, apply_overrides, build_params, parse_config,
                             read_yaml_file, resolve_paths)
 from mebench.data.profiles import PROFILES
 from mebench.errors import ConfigError, VictimLoadError
@@ -252,7 +252,7 @@ def attack_params(cfg: RunConfig) -> Any:
 
     cls = ATTACKS.get(cfg.attack.name)
     raw = {**cls.dataset_defaults(cfg.dataset.name), **cfg.attack.params}  # the config's keys win
-    return build_dataclass(cls.Params, raw, "attack.params")
+    return build_params(cls.Params, raw, "attack.params")
 
 
 def _check_dataset(cfg: RunConfig) -> None:
@@ -388,7 +388,7 @@ def defense_params(cfg: RunConfig) -> Any:
     """The defense's parsed ``Params`` object (raises ConfigError on unknown keys or bad types)."""
     from mebench.defenses import DEFENSES
 
-    return build_dataclass(DEFENSES.get(cfg.defense.name).Params, cfg.defense.params, "defense.params")
+    return build_params(DEFENSES.get(cfg.defense.name).Params, cfg.defense.params, "defense.params")
 
 
 def _check_defense(cfg: RunConfig) -> None:

@@ -74,9 +74,9 @@ class Probe:
     def configure(cls, cfg: "RunConfig") -> Any:
         """This probe's typed ``Params`` from the config's ``measure.<name>`` section (defaults filled
         in); an unknown key or a wrong type is one ``ConfigError`` naming ``measure.<name>.<key>``."""
-        from mebench.config import build_dataclass
+        from mebench.config import build_params
 
-        return build_dataclass(cls.Params, cfg.measure_params(cls.name), f"measure.{cls.name}")
+        return build_params(cls.Params, cfg.measure_params(cls.name), f"measure.{cls.name}")
 
     @classmethod
     def check(cls, params: Any, cfg: "RunConfig") -> None:
