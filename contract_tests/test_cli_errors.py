@@ -410,3 +410,34 @@ def test_an_interrupted_run_says_how_to_resume(synth_cfg_dict, tmp_path, capsys,
     assert cli.main(argv) == 130
     err = capsys.readouterr().err.strip()
     assert err.startswith("mebench: interrupted") and f"mebench run {argv[1]} --resume" in err
+
+
+# issue 52: a name that becomes a path stays inside its folder: a run named ".." and a recipe named
+# "../x" are refused in one line before anything is written.
+@pytest.mark.parametrize("name", ["..", ".", "../x", "a/b"])
+def test_a_run_name_that_leaves_its_folder_is_refused(name, synth_cfg_dict, tmp_path, capsys):
+    code, line = _one_line_failure(capsys, _run_argv(tmp_path, deep_update(synth_cfg_dict, {"run": {"name": name}})))
+    assert code == 2 and "'run.name'" in line
+    assert not (tmp_path / "runs_cli").exists()
+
+
+@pytest.mark.parametrize("name", ["../x", "..", "x/../../y"])
+def test_a_recipe_name_that_leaves_victims_is_refused(name, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, line = _one_line_failure(capsys, ["victim", "train", str(_recipe(tmp_path, {**RECIPE, "name": name})),
+                                            "--no-progress"])
+    assert code == 2 and "config key 'name'" in line
+    assert list(tmp_path.rglob("*.pt")) == []
+
+
+# issue 52: a victim whose weights are not finite is refused at load, naming the tensor.
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_victim_with_non_finite_weights_is_refused(bad, synth_cfg_dict, synth_victim_path, tmp_path, capsys):
+    obj = torch.load(synth_victim_path, weights_only=True)
+    name = next(k for k, v in obj["state_dict"].items() if v.is_floating_point())
+    obj["state_dict"][name] = obj["state_dict"][name].clone().fill_(bad)
+    path = tmp_path / "nan_victim.pt"
+    torch.save(obj, path)
+    code, line = _one_line_failure(capsys, _run_argv(tmp_path, deep_update(synth_cfg_dict,
+                                                                           {"victim": {"checkpoint_ref": str(path)}})))
+    assert "NaN or infinite" in line and name in line and "nan_victim.pt" in line

@@ -66,6 +66,13 @@ def _killed_before_first_checkpoint(f: Path) -> None:  # SIGKILL: no metrics.csv
     (f / ".query_cache").mkdir()
 
 
+def _impossible_agreement(f: Path) -> None:  # a whole row, but no measurement (issue 52)
+    lines = (f / "metrics.csv").read_text().splitlines()
+    fields = lines[1].split(",")
+    fields[4] = "1.7"  # agreement
+    (f / "metrics.csv").write_text("\n".join([lines[0], ",".join(fields), *lines[2:]]) + "\n")
+
+
 def _bad_header(f: Path) -> None:
     text = (f / "metrics.csv").read_text()
     (f / "metrics.csv").write_text(text.replace("agreement,", "agr,", 1))
@@ -77,6 +84,8 @@ CASES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
      False),
     ("row missing columns", _missing_columns, "damaged metrics.csv", "line 3: 9 of 12 fields (truncated)", False),
     ("value not a number", _not_a_number, "damaged metrics.csv", "line 2: acc_gt '0.98x' is not a number", False),
+    ("agreement outside its range", _impossible_agreement, "damaged metrics.csv",
+     "line 2: agreement 1.7 is outside its range [0, 1]", False),
     ("header without columns", _bad_header, "damaged metrics.csv", "header lacks column(s) agreement", False),
     ("empty metrics.csv", lambda f: (f / "metrics.csv").write_text(""), "damaged metrics.csv",
      "metrics.csv: empty file", False),
@@ -139,3 +148,17 @@ def test_an_empty_seed_folder_is_named_too(tmp_path):
     excluded = pd.read_csv(files["excluded_csv"], keep_default_na=False)
     assert excluded["source"].str.endswith("/seed_1").tolist() == [True]
     assert excluded["reason"].iloc[0].startswith("no metrics.csv: no result rows")
+
+
+# issue 52: a JSON report's cell whose row holds an impossible metric is left out with its reason.
+def test_a_json_report_row_outside_its_range_is_left_out():
+    from mebench.report.load import pytest_json_records
+
+    row = {"seed": 0, "checkpoint_B": 1000, "track": "A", "acc_gt": 0.9, "agreement": 1.7, "kl_mean": 0.1,
+           "l1_mean": 0.01}
+    good = {**row, "agreement": 0.9}
+    doc = {"cells": [{"id": "bad", "status": "passed", "metrics_rows": [good, row], "summary": {}},
+                     {"id": "good", "status": "passed", "metrics_rows": [good], "summary": {}}]}
+    bad, fine = pytest_json_records(doc)
+    assert bad.problem == "metrics row B=1000: agreement 1.7 is outside its range [0, 1]" and bad.status == "damaged"
+    assert fine.problem == ""

@@ -137,10 +137,20 @@ def validate(cfg: RunConfig, check_files: bool = True) -> None:
         check_paths(cfg)
 
 
+def check_folder_name(key: str, name: str) -> None:
+    """A name that becomes one folder or file name under a parent folder (a run's, a victim's): letters,
+    digits, '_', '-', '.', and, resolved as a path, exactly one entry inside its parent (so neither
+    ``..`` nor ``.`` nor anything that climbs out passes, whatever the pattern allows)."""
+    if not name or not _NAME_RE.match(name):
+        raise ConfigError(key, name, "must be non-empty and use only letters, digits, '_', '-', '.'")
+    parent = Path("/mebench-parent")
+    if (parent / name).resolve().parent != parent.resolve() or name in (".", ".."):
+        raise ConfigError(key, name, "must name one entry inside its folder (not '.' or '..')")
+
+
 def _check_run(cfg: RunConfig) -> None:
     r = cfg.run
-    if not r.name or not _NAME_RE.match(r.name):
-        raise ConfigError("run.name", r.name, "must be non-empty and use only letters, digits, '_', '-', '.'")
+    check_folder_name("run.name", r.name)
     if not r.seeds:
         raise ConfigError("run.seeds", list(r.seeds), "at least one seed is required (§10: 3 by default)")
     if len(set(r.seeds)) != len(r.seeds) or any(s < 0 for s in r.seeds):

@@ -96,9 +96,12 @@ def _tiny(x: float) -> bool:
 
 
 def fmt_value(x: float, scientific: bool | None = None) -> str:
-    """Four decimals; scientific for tiny non-zero values (small KL); '–' for NaN."""
+    """Four decimals; scientific for tiny non-zero values (small KL); '–' for NaN. The value is first
+    rounded to 10 decimals, so float noise of another numpy or pandas build (a mean of 0.11165 computed
+    as 0.111650000001 or 0.111649999999) prints the same digits everywhere."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
+    x = round(float(x), 10) if not _tiny(x) else float(x)
     if scientific if scientific is not None else _tiny(x):
         return f"{x:.2e}"
     return f"{x:.4f}"

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import yaml
 
 from mebench.artifacts import METRICS_COLUMNS
-from mebench.metricspec import METRIC_NAMES
+from mebench.metricspec import METRIC_NAMES, metric_spec
 from mebench.naming import QUERY_CACHE_DIR
 
 MARKER_FILES = ("metrics.csv", "summary.json", "run_config.yaml", "result.json")
@@ -151,10 +151,22 @@ def _row_problem(fields: list[str], header: list[str], row: Mapping[str, str]) -
         if value == "" and col not in REQUIRED_METRICS:
             continue
         try:
-            float(value)
+            number = float(value)
         except ValueError:
             return f"{col} {value!r} is not a number"
+        problem = metric_problem(col, number)
+        if problem:
+            return problem
     return ""
+
+
+def metric_problem(name: str, value: float) -> str:
+    """Why a metric's value is no measurement ("" when it is one): not finite, or outside the bounds
+    its ``MetricSpec`` states (an agreement of 1.7)."""
+    low, high = metric_spec(name).bounds
+    if math.isfinite(value) and low <= value <= high:
+        return ""
+    return f"{name} {value:g} is outside its range [{low:g}, {high:g}]"
 
 
 def result_problem(folder: Path) -> tuple[str, str]:

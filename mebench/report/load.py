@@ -42,7 +42,7 @@ import pandas as pd
 
 from mebench.artifacts import METRICS_COLUMNS
 from mebench.metricspec import METRIC_NAMES
-from mebench.report.folders import (NO_SUMMARY, completion_time, is_grid_cell, leftover_cache, read_config,
+from mebench.report.folders import (NO_SUMMARY, completion_time, is_grid_cell, leftover_cache, metric_problem, read_config,
                                     read_metrics, read_probe, read_summary, result_problem, seed_folders)
 
 METRIC_COLUMNS: tuple[str, ...] = METRIC_NAMES
@@ -290,6 +290,12 @@ def _cell_state(rec: RunRecord, cell: Mapping[str, Any], outcome: Any) -> RunRec
         return replace(rec, status=f"cell {outcome}", problem=f"cell {outcome}: {why}")
     if not rec.rows:
         return replace(rec, status="no result rows", problem="cell passed without metrics rows")
+    for row in rec.rows:
+        for name in METRIC_NAMES:
+            value = row.get(name)
+            problem = metric_problem(name, float(value)) if isinstance(value, (int, float)) else ""
+            if problem:
+                return replace(rec, status="damaged", problem=f"metrics row B={row.get('checkpoint_B')}: {problem}")
     return rec
 
 

@@ -83,6 +83,9 @@ _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 #: ... and one from a module it blocks outright (``os``/``posix``, ``subprocess``, ``sys``; torch 2.5-2.15
 #: wording "Trying to load unsupported GLOBAL posix.system whose module posix is blocked.").
 _BLOCKED_GLOBAL = re.compile(r"unsupported GLOBAL ([\w.]+) whose module ([\w.]+) is blocked")
+#: torch before 2.5 words both refusals "Unsupported class X"; X's module then tells a blocked one apart.
+_UNSUPPORTED_CLASS = re.compile(r"Unsupported class ([\w.]+)")
+BLOCKED_MODULES = frozenset({"os", "posix", "nt", "sys", "subprocess", "builtins", "shutil", "socket"})
 
 
 def _why_unloadable(path: Path, error: Exception) -> str:
@@ -90,11 +93,14 @@ def _why_unloadable(path: Path, error: Exception) -> str:
     never called damage (the file may be whole, and may have been built to run code when loaded)."""
     text = str(error)
     blocked = _BLOCKED_GLOBAL.search(text)
+    old_words = _UNSUPPORTED_CLASS.search(text)
+    if blocked is None and old_words and old_words.group(1).rpartition(".")[0] in BLOCKED_MODULES:
+        blocked = re.match(r"(([\w.]+)\.\w+)$", old_words.group(1))
     if blocked:
         return (f"refers to {blocked.group(1)}, a global from a module the weights-only loader forbids "
                 f"({blocked.group(2)}): a pickle that would run code when loaded, not weights; it was not loaded. "
                 f"Use a checkpoint from a source you trust, or {_TRAIN_BUILD}")
-    pickled = _UNSUPPORTED_GLOBAL.search(text)
+    pickled = _UNSUPPORTED_GLOBAL.search(text) or old_words
     if pickled:
         return (f"holds a pickled Python object ({pickled.group(1)}), e.g. a whole model saved with "
                 "torch.save(model); mebench loads weights only: save model.state_dict() and set victim.arch, "
@@ -226,8 +232,14 @@ def _build(arch: str, state: Mapping, victim_cfg: Any, num_classes: int, bare: b
 
 
 def victim_network(victim_cfg: Any, num_classes: int) -> tuple[nn.Module, str]:
-    """The unnormalized victim network with its weights loaded, and its architecture name."""
+    """The unnormalized victim network with its weights loaded, and its architecture name. A weight
+    or buffer that is not finite (NaN, inf) is refused here, naming the tensor: such a victim would
+    answer NaN and the run would blame the substitute's training."""
     arch, state, bare = victim_weights(victim_cfg, num_classes)
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise VictimLoadError(victim_cfg.checkpoint_ref, f"is damaged: its weights {name!r} hold NaN or "
+                                                             "infinite values (retrain the victim)")
     return _build(arch, state, victim_cfg, num_classes, bare), arch
 
 

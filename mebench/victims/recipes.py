@@ -30,7 +30,7 @@ from mebench.models.registry import MODELS, Normalized
 from mebench.registry import unknown_name_message
 from mebench.runinfo import machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
-from mebench.config.validation import check_device
+from mebench.config.validation import check_device, check_folder_name
 from mebench.victims.load import save_victim
 from mebench.victims.snapshots import EpochSnapshots, snapshot_path
 from mebench.victims.outlier_exposure import oe_record, train_steps_oe
@@ -63,6 +63,7 @@ def load_recipe(path: str | Path) -> VictimRecipe:
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError("<root>", type(raw).__name__, "a victim recipe must hold a mapping of keys")
     recipe = build_dataclass(VictimRecipe, raw or {}, "")
+    check_folder_name("name", recipe.name)  # it becomes victims/<name>.pt
     if recipe.augment not in AUGMENTS:
         raise ConfigError("augment", recipe.augment, f"must be one of {', '.join(AUGMENTS)}")
     if recipe.arch not in MODELS:
