@@ -26,15 +26,18 @@ _load_hypothesis_profile()
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache_dir(tmp_path_factory):
-    """The machine-wide cache (``mebench.cachedir``: transfer reference models) lives in a folder
-    of this test session, so tests neither read nor fill the user's cache."""
-    old = os.environ.get("MEBENCH_CACHE_DIR")
+    """The machine-wide cache (``mebench.cachedir``: transfer reference models, the default data root)
+    lives in a folder of this test session, so tests neither read nor fill the user's cache; and
+    ``MEBENCH_OFFLINE=1``: no test downloads anything (the fetch path is tested with a fake fetcher)."""
+    old = {k: os.environ.get(k) for k in ("MEBENCH_CACHE_DIR", "MEBENCH_OFFLINE")}
     os.environ["MEBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("mebench-cache"))
+    os.environ["MEBENCH_OFFLINE"] = "1"
     yield
-    if old is None:
-        os.environ.pop("MEBENCH_CACHE_DIR", None)
-    else:
-        os.environ["MEBENCH_CACHE_DIR"] = old
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="module", autouse=True)

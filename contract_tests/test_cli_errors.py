@@ -280,7 +280,7 @@ def test_victim_train_on_cuda_without_a_gpu_is_one_line(tmp_path, capsys, monkey
     assert not (tmp_path / "v.pt").exists()
 
 
-def test_victim_train_refuses_to_overwrite_without_force(tmp_path, capsys, synth_victim_path, monkeypatch,
+def test_victim_train_never_overwrites_without_force(tmp_path, capsys, synth_victim_path, monkeypatch,
                                                          keep_torch_threads):
     # contract 4: a trained victim is never replaced by accident; --force replaces it and its PATH.json
     from mebench.victims import recipes
@@ -291,8 +291,10 @@ def test_victim_train_refuses_to_overwrite_without_force(tmp_path, capsys, synth
     trained = []
     monkeypatch.setattr(recipes, "train_victim", lambda *a, **k: trained.append(a) or {"test_accuracy": 0.9})
     argv = ["victim", "train", str(_recipe(tmp_path, RECIPE)), "--out", str(out), "--no-progress"]
-    code, line = _one_line_failure(capsys, argv)
-    assert code == 1 and str(out) in line and "--force" in line
+    capsys.readouterr()
+    assert cli.main(argv) == 0  # issue 54: "already trained" is an answer, not an error (the quick start reruns)
+    said = capsys.readouterr().out
+    assert "already trained" in said and str(out) in said and "--force" in said
     assert out.read_bytes() == before and not trained
     assert cli.main(argv + ["--force", "--threads", "1"]) == 0 and len(trained) == 1
 
@@ -441,3 +443,44 @@ def test_a_victim_with_non_finite_weights_is_refused(bad, synth_cfg_dict, synth_
     code, line = _one_line_failure(capsys, _run_argv(tmp_path, deep_update(synth_cfg_dict,
                                                                            {"victim": {"checkpoint_ref": str(path)}})))
     assert "NaN or infinite" in line and name in line and "nan_victim.pt" in line
+
+
+# issue 54: a run whose reference victim (victims/<id>.pt with a recipe configs/victims/<id>.yaml) is not
+# trained trains it first, saying so; a victim file of the user's own is never trained over.
+def test_a_missing_reference_victim_is_trained_from_its_recipe_first(tmp_path, monkeypatch, capsys, synth_cfg_dict):
+    import argparse
+
+    from mebench.config import parse_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs" / "victims").mkdir(parents=True)
+    (tmp_path / "configs" / "victims" / "synth_v.yaml").write_text(yaml.safe_dump(RECIPE))
+    calls = []
+    monkeypatch.setattr(cli, "_train_one", lambda args, recipe, out: calls.append((recipe.name, str(out))) or 0)
+    args = argparse.Namespace(threads=1, no_progress=True, data_root=None, download=False)
+    cfg = parse_config(deep_update(synth_cfg_dict, {"victim": {"victim_id": "synth_v",
+                                                               "checkpoint_ref": "victims/synth_v.pt"}}))
+    cli._train_reference_victim(cfg, args)
+    assert calls == [("synth_v", "victims/synth_v.pt")]
+    assert "training it from configs/victims/synth_v.yaml first" in capsys.readouterr().out
+    own = parse_config(deep_update(synth_cfg_dict, {"victim": {"victim_id": "synth_v",
+                                                               "checkpoint_ref": str(tmp_path / "mine.pt")}}))
+    cli._train_reference_victim(own, args)
+    assert len(calls) == 1
+
+
+# issue 54: an identical rerun of `mebench run` says that --resume would reuse the finished run.
+def test_an_identical_rerun_names_the_finished_run(synth_cfg_dict, tmp_path, capsys):
+    argv = _run_argv(tmp_path, synth_cfg_dict)
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "an identical run finished in" in out and "`--resume` would reuse it" in out
+
+
+# issue 54: quickstart is the README's first command; outside a checkout it says where to run it.
+def test_quickstart_outside_a_checkout_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, line = _one_line_failure(capsys, ["quickstart"])
+    assert code == 2 and "root folder of the mebench checkout" in line

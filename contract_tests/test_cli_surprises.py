@@ -332,8 +332,9 @@ def test_a_grid_without_a_data_root_fails_at_collection_in_one_line(grid_folder,
     result = _collect(grid_folder, "synth_victim.pt", *(["--collect-only"] if collect_only else []))
     text = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.INTERRUPTED, text
-    expected = ("*mebench grid: *grid.yaml: no data root: set dataset.data_root in the benchmark config or "
-                "MEBENCH_DATA_ROOT*" if root is None else
+    # no data root: the default one, which MEBENCH_OFFLINE=1 (the contract tests' setting) keeps from fetching
+    expected = ("*mebench grid: *grid.yaml: data root */data (the default data root; MEBENCH_OFFLINE=1 refuses "
+                "downloads) is not a folder*" if root is None else
                 "*mebench grid: *grid.yaml: data root /no/such/data/root (MEBENCH_DATA_ROOT) is not a folder*")
     result.stdout.fnmatch_lines([expected])
     assert sum(ln.startswith("mebench grid:") for ln in result.outlines) == 1  # (and pytest's summary line)

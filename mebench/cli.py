@@ -12,13 +12,14 @@ module imports no torch: a config mistake is answered before any heavy module is
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mebench.errors import ConfigDeprecationWarning, ConfigError, MebenchError, OutputExistsError, interrupt_on_sigterm
+from mebench.errors import ConfigDeprecationWarning, ConfigError, MebenchError, interrupt_on_sigterm
 from mebench.options import int_list
 from mebench.progress import stderr_lines
 
@@ -116,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="curves, leaderboard and comparisons from runs or JSON reports (mebench report --help)")
     sub.add_parser("docs", add_help=False,  # its arguments belong to mebench.docs (mebench docs --help)
                    help="regenerate the result tables of README.md and docs/ from results/ (--check: CI)")
+    q = sub.add_parser("quickstart", help="the README's first result: data, victim, Random on MNIST at 1k and 10k "
+                                          "queries (seed 0), its table and report; run again, it reuses them")
+    q.add_argument("--data-root", help="dataset folder (default: $MEBENCH_DATA_ROOT, else a per-user folder "
+                                       "where MNIST and FashionMNIST are fetched once)")
+    q.add_argument("--threads", type=int, help="torch CPU threads (default: free CPUs, at most 8)")
+    q.add_argument("--no-progress", action="store_true", help="no progress bars")
     ls = sub.add_parser("list", help="registered attacks, adaptive strategies and defenses (paper, modes), measurement probes, datasets, models; victims")
     ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
@@ -141,10 +148,11 @@ def _set_threads(threads: "int | None") -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from mebench.config.validation import load_config
 
-    cfg = load_config(args.config, overrides={"seeds": args.seeds, "budgets": args.budgets, "device": args.device,
-                                              "data_root": args.data_root, "output_dir": args.out,
-                                              "download": args.download or None,
-                                              "transfer": ["fgsm", "pgd", "cw"] if args.transfer else None})
+    overrides = {"seeds": args.seeds, "budgets": args.budgets, "device": args.device, "data_root": args.data_root,
+                 "output_dir": args.out, "download": args.download or None,
+                 "transfer": ["fgsm", "pgd", "cw"] if args.transfer else None}
+    _train_reference_victim(load_config(args.config, overrides=overrides, check_files=False), args)
+    cfg = load_config(args.config, overrides=overrides)
     resume = _resume_dir(args, cfg)
     if resume is not None and args.threads is None:  # keep the resumed seeds' count (the policy follows the load)
         from mebench.resume import recorded_threads
@@ -155,6 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     threads = _set_threads(args.threads)
     if not args.allow_large:
         _refuse_if_far_beyond_the_machine(cfg)
+    if resume is None:
+        _say_if_already_done(cfg)
     print(f"run {cfg.run.name}: seeds {list(cfg.run.seeds)}, device {cfg.run.device}, {threads}", flush=True)
     bars = not args.no_progress and sys.stderr.isatty()  # in a log: a few lines per phase instead of bars
     say = None if args.no_progress or bars else stderr_lines(f"run {cfg.run.name}", interval=LOG_INTERVAL_S)
@@ -167,7 +177,94 @@ def cmd_run(args: argparse.Namespace) -> int:
         if r["metric"] in ("agreement", "acc_gt"):
             std = f" ± {r['std']:.4f}" if r["std"] is not None else ""
             print(f"  B={r['checkpoint_B']:>8} track {r['track']} {r['metric']:<9} {r['mean']:.4f}{std} (n={r['n_seeds']})")
+    args.result_directory = result.directory
     return 0
+
+
+#: ``mebench quickstart``: the README's first result.
+QUICKSTART_CONFIG = Path("configs") / "mnist_lenet5_random_soft.yaml"
+QUICKSTART_NEXT = (
+    "next: more seeds   mebench run configs/mnist_lenet5_random_soft.yaml --seeds 0,1,2 --budgets 1000,10000",
+    "      the grid     pytest benchmarks/ --mebench-config configs/benchmarks/quickstart/mnist.yaml --budgets 1000,10000",
+    "      on a GPU     pytest benchmarks/ -n 4 --gpus --budgets 1000",
+    "      the tests    pytest")
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    """The README's first result on a fresh machine: data (fetched into the default data root unless
+    one is given), the reference victim (trained from its recipe if missing), Random on MNIST at 1k
+    and 10k queries, seed 0; run again, it reuses what it made (``--resume``)."""
+    from mebench.artifacts import latest_run_dir
+    from mebench.config.validation import load_config
+    from mebench.report.writer import write_report
+
+    if not QUICKSTART_CONFIG.is_file():
+        raise ConfigError("quickstart", str(QUICKSTART_CONFIG),
+                          "not found: run `mebench quickstart` in the root folder of the mebench checkout")
+    cfg = load_config(QUICKSTART_CONFIG, check_files=False)
+    again = latest_run_dir(cfg.run.output_dir, cfg.run.name) is not None
+    argv = ["run", str(QUICKSTART_CONFIG), "--seeds", "0", "--budgets", "1000,10000", *(["--resume"] if again else []),
+            *(["--data-root", args.data_root] if args.data_root else []),
+            *(["--threads", str(args.threads)] if args.threads else []), *(["--no-progress"] if args.no_progress else [])]
+    run_args = build_parser().parse_args(argv)
+    print(f"quickstart: mebench {' '.join(argv)}", flush=True)
+    status = cmd_run(run_args)
+    report = run_args.result_directory / "report"
+    files = write_report(run_args.result_directory, report, figures=False)
+    shown = next((f for f in files.values() if Path(f).name == "leaderboard.md"), report)
+    print(f"report: {shown} (and the rest of {report})")
+    print("\n".join(QUICKSTART_NEXT))
+    return status
+
+
+def _build_words(checkpoint: Path) -> str:
+    """`` (test accuracy 0.9914, torch 2.14.1, sha256 b67d4a2ddcc3)`` from a victim's ``.json``, if any."""
+    try:
+        meta = json.loads(checkpoint.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return ""
+    torch_version = (meta.get("versions") or {}).get("torch") or "torch version not recorded"
+    acc = meta.get("test_accuracy")
+    return (f" (test accuracy {acc:.4f}, " if isinstance(acc, float) else " (") + \
+        f"{'torch ' + torch_version if 'not' not in torch_version else torch_version}, sha256 {str(meta.get('sha256', ''))[:12]})"
+
+
+def _train_reference_victim(cfg: Any, args: argparse.Namespace) -> None:
+    """A run whose victim is a reference victim (``victims/<id>.pt`` with a recipe
+    ``configs/victims/<id>.yaml``) that is not trained yet trains it first, saying so in one line."""
+    from mebench.victims.recipes import RECIPES_DIR, load_recipe
+    from mebench.victims.registry import reads_file
+
+    v = cfg.victim
+    ref, recipe = Path(str(v.checkpoint_ref)), RECIPES_DIR / f"{v.victim_id}.yaml"
+    if not reads_file(v.format) or ref.exists() or not recipe.is_file():
+        return
+    if ref.resolve() != (Path("victims") / f"{v.victim_id}.pt").resolve():
+        return  # a victim file of the user's own, not the recipe's output: validation names it
+    print(f"victim {v.victim_id}: not trained yet: training it from {recipe} first (once; -> {ref})", flush=True)
+    train = argparse.Namespace(device=None, threads=args.threads, force=False, no_progress=args.no_progress,
+                               data_root=args.data_root or cfg.dataset.data_root, download=args.download)
+    if _train_one(train, load_recipe(recipe), ref) != 0:
+        print(f"mebench: warning: victim {v.victim_id} is below its recipe's target accuracy", file=sys.stderr)
+
+
+def _say_if_already_done(cfg: Any) -> None:
+    """An identical earlier run (every seed whole, same plan, code identity and threads) is named, with
+    the flag that would reuse it; this run goes on into a new folder."""
+    import torch
+
+    from mebench.artifacts import latest_run_dir
+    from mebench.config.plan import resolve
+    from mebench.identity import code_identity
+    from mebench.resume import check_folder
+
+    last = latest_run_dir(cfg.run.output_dir, cfg.run.name)
+    if last is None:
+        return
+    code, threads = code_identity(), torch.get_num_threads()
+    if all(check_folder(last / f"seed_{s}", resolve(cfg, s), code, threads).keep for s in cfg.run.seeds):
+        print(f"run {cfg.run.name}: an identical run finished in {last}; `--resume` would reuse it "
+              "(running again into a new folder)", flush=True)
 
 
 def _refuse_if_far_beyond_the_machine(cfg: Any) -> None:
@@ -246,8 +343,8 @@ def _train_one(args: argparse.Namespace, recipe: Any, out: Optional[Path]) -> in
     if out.is_dir():
         raise ConfigError("--out", str(out), "is a folder: give the checkpoint's file path, e.g. victims/NAME.pt")
     if out.exists() and not args.force:
-        raise OutputExistsError(f"victim checkpoint {out} already exists; pass --force to overwrite it "
-                                f"(and {out.with_suffix('.json')})")
+        print(f"victim {recipe.name}: already trained: {out}{_build_words(out)} (--force retrains it)")
+        return 0
     threads = _set_threads(args.threads)
     t0 = time.perf_counter()
     print(f"victim {recipe.name}: training on {recipe.device}, {threads}", flush=True)
@@ -350,6 +447,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "quickstart":
+            return cmd_quickstart(args)
         if args.command == "victim":
             return cmd_victim_export(args) if args.victim_command == "export" else cmd_victim_train(args)
         if args.command == "list":
@@ -378,7 +477,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     except KeyboardInterrupt:
         again = (f"; `mebench run {args.config} --resume` continues it (finished seeds are kept)"
-                 if args.command == "run" else "")
+                 if args.command == "run" else "; run it again to continue" if args.command == "quickstart" else "")
         print(f"mebench: interrupted; temporary caches were removed{again}", file=sys.stderr)
         return 130
 

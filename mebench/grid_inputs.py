@@ -9,6 +9,7 @@ only the datasets at hand still runs.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -30,16 +31,23 @@ def check_inputs(grid: Grid) -> None:
         _data_root(root, download, grid.path)
 
 
-def _data_root(root: Optional[str], download: bool, where: object) -> tuple[Path, str]:
-    """The data root a cell reads and where it came from; ``GridError`` when unset or not a folder."""
-    from mebench.data.datasets import HINTS, resolve_data_root
-    from mebench.errors import DataMissingError
+def _fetches(root: Optional[str]) -> bool:
+    """Whether a cell's missing public datasets are fetched on first use: the default data root (no
+    ``dataset.data_root``, no ``MEBENCH_DATA_ROOT``) without ``MEBENCH_OFFLINE=1``."""
+    from mebench.data.datasets import offline
 
-    try:
-        folder = resolve_data_root(root, "grid")
-    except DataMissingError as e:
-        raise GridError(f"{where}: {e}") from None
-    source = "dataset.data_root" if root else "MEBENCH_DATA_ROOT"
+    return not root and not os.environ.get("MEBENCH_DATA_ROOT") and not offline()
+
+
+def _data_root(root: Optional[str], download: bool, where: object) -> tuple[Path, str]:
+    """The data root a cell reads and where it came from; ``GridError`` when it is not a folder."""
+    from mebench.data.datasets import HINTS, resolve_data_root
+
+    folder = resolve_data_root(root, "grid")
+    source = ("dataset.data_root" if root else "MEBENCH_DATA_ROOT" if os.environ.get("MEBENCH_DATA_ROOT")
+              else "the default data root; MEBENCH_OFFLINE=1 refuses downloads")
+    if _fetches(root):
+        return folder, source
     if not download and not folder.is_dir():
         raise GridError(f"{where}: data root {folder} ({source}) is not a folder: {HINTS['grid'][0]}, "
                         "to the folder holding the datasets (torchvision layout)")
@@ -56,7 +64,7 @@ def check_datasets(cells: Sequence[Cell]) -> None:
         d = c.cfg.dataset
         names = {d.name, d.surrogate_name, c.cfg.measure_params("detection").get("benign_dataset")} - {None}
         todo = sorted(n for n in names if (d.data_root, n) not in checked)
-        if d.download or not todo:
+        if d.download or not todo or _fetches(d.data_root):
             continue
         folder, source = _data_root(d.data_root, False, c.id)
         for name in todo:

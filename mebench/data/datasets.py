@@ -19,8 +19,10 @@ Sewer-ML cannot be downloaded; mebench reads it from this layout::
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -38,30 +40,80 @@ HINTS: dict[str, tuple[str, str]] = {
 }
 
 
-def resolve_data_root(configured: Optional[str], command: str = "run") -> Path:
-    """The data root: the config/CLI value, else ``$MEBENCH_DATA_ROOT``.
+#: ``MEBENCH_OFFLINE=1``: nothing is downloaded, not even into the default data root.
+OFFLINE_ENV = "MEBENCH_OFFLINE"
 
-    ``command`` ("run", "victim train" or "grid") picks the wording of the fix in the error.
+
+def default_data_root() -> Path:
+    """The per-user data folder used when no data root is given: ``<cache>/data`` (``mebench.cachedir``:
+    ``$MEBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/mebench`` or ``~/.cache/mebench``)."""
+    from mebench.cachedir import cache_root
+
+    return cache_root() / "data"
+
+
+def offline() -> bool:
+    """Whether downloads are refused (``MEBENCH_OFFLINE=1``)."""
+    return os.environ.get(OFFLINE_ENV, "") not in ("", "0")
+
+
+def resolve_data_root(configured: Optional[str], command: str = "run") -> Path:
+    """The data root: the config/CLI value, else ``$MEBENCH_DATA_ROOT``, else :func:`default_data_root`
+    (where a public dataset is fetched on first use; a root that is given is only read).
+
+    ``command`` ("run", "victim train" or "grid") picks the wording of the fix in an error.
     """
     root = configured or os.environ.get("MEBENCH_DATA_ROOT")
-    if not root:
-        raise DataMissingError(f"no data root: {HINTS[command][0]}")
-    return Path(root).expanduser()
+    return Path(root).expanduser() if root else default_data_root()
 
 
-def load_split(name: str, root: Path, train: bool, download: bool = False, command: str = "run") -> Split:
+def load_split(name: str, root: Path, train: bool, download: bool = False, command: str = "run",
+               say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> Split:
     """Images and labels of one split of dataset ``name`` under ``root``.
 
-    ``command`` ("run", "victim train" or "grid") picks the wording of the fix in the error.
+    In the default data root a missing public dataset is fetched once, with torchvision's checksums
+    (``say`` tells what and where), unless ``MEBENCH_OFFLINE=1``; a fetch that fails leaves nothing
+    half-made. ``command`` ("run", "victim train" or "grid") picks the wording of the fix in an error.
     """
-    reader = PROFILES.get(name).reader
+    profile = PROFILES.get(name)
+    reader = profile.reader
     assert reader is not None, f"dataset {name} was registered without a reader"
+    root = Path(root)
     try:
-        return reader(Path(root), train, download)
+        return reader(root, train, download)
     except (RuntimeError, FileNotFoundError, OSError) as e:
         if isinstance(e, DataMissingError):
             raise
-        raise DataMissingError(_missing_message(name, Path(root), download, command, e)) from None
+        if download or root != default_data_root() or not profile.downloadable:
+            raise DataMissingError(_missing_message(name, root, download, command, e)) from None
+    return _fetch_once(name, root, train, say)
+
+
+def _fetch_once(name: str, root: Path, train: bool, say: Callable[[str], None]) -> Split:
+    """Fetch ``name`` into the default data root with torchvision (checksums checked); on any failure
+    remove what the attempt created and raise one line naming the folder and the files to put there."""
+    profile = PROFILES.get(name)
+    files = ", ".join(profile.files or [])
+    fill = (f"put {files} under {root} (torchvision layout), or set MEBENCH_DATA_ROOT to a folder holding them")
+    if offline():
+        raise DataMissingError(f"dataset {name} is not in the default data root {root} and {OFFLINE_ENV}=1 "
+                               f"refuses downloads: {fill}")
+    existed = root.exists()
+    before = set(root.rglob("*")) if existed else set()
+    say(f"mebench: fetching {name} into {root} (once; torchvision checks its checksums; "
+        f"{OFFLINE_ENV}=1 refuses downloads)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return PROFILES.get(name).reader(root, train, True)
+    except Exception as e:  # noqa: BLE001 - a network, checksum or disk failure: clean up, then one line
+        if not existed:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            for path in sorted(set(root.rglob("*")) - before, key=lambda p: len(p.parts), reverse=True):
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        why = " ".join(str(e).split())[:200]
+        raise DataMissingError(f"dataset {name} is not in the default data root {root} and could not be fetched "
+                               f"({type(e).__name__}: {why}): {fill}") from None
 
 
 def _missing_message(name: str, root: Path, download: bool, command: str, cause: Exception) -> str:

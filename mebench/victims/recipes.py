@@ -28,7 +28,7 @@ from mebench.errors import ConfigError
 from mebench.inference import eval_logits
 from mebench.models.registry import MODELS, Normalized
 from mebench.registry import unknown_name_message
-from mebench.runinfo import machine_info
+from mebench.runinfo import library_versions, machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
 from mebench.config.validation import check_device, check_folder_name
 from mebench.victims.load import save_victim
@@ -146,7 +146,8 @@ def train_victim(recipe: VictimRecipe, out: Path, data_root: Optional[str] = Non
     sha = save_victim(out, net, recipe.arch, prof.num_classes, prof.channels, prof.input_size)
     meta = {"victim_id": recipe.name, "arch": recipe.arch, "dataset": prof.name, "test_accuracy": acc,
             "checkpoint": str(out), "sha256": sha, "recipe": asdict(recipe), "train_steps": steps,
-            "train_seconds": time.perf_counter() - t0, "machine": machine_info(str(device))}
+            "train_seconds": time.perf_counter() - t0, "machine": machine_info(str(device)),
+            "versions": library_versions()}  # the torch build: a victim's bytes depend on it
     if recipe.outlier_source != NO_OUTLIERS:
         meta["outlier_exposure"] = oe_record(recipe.outlier_source, recipe.oe_lambda, x_oe)
     if snaps is not None:
