@@ -225,6 +225,11 @@ def test_resume_skips_complete_cells(bench: pytest.Pytester) -> None:
     assert {k: c["metrics_rows"] for k, c in before.items()} == {k: c["metrics_rows"] for k, c in after.items()}
     shorter = bench.runpytest("benchmarks", "-k", "random and surrogate and s0", "--resume", "--budgets", "100")
     shorter.assert_outcomes(passed=2)  # other budgets: a different cell, nothing to resume
+    stale.write_text(json.dumps({**json.loads(stale.read_text()), "status": "failed"}))
+    # issue 52: under xdist the controller prints the per-cell verdicts (the workers print nothing)
+    parallel = bench.runpytest_subprocess("benchmarks", "-k", "random and surrogate and s0", "--resume", "-n", "2",
+                                          "-p", "no:benchmark")
+    parallel.stdout.fnmatch_lines(["*mebench --resume: synth-mlp-random-surrogate-hard_top1-s0: runs again*"])
 
 
 # contract 16: every grid run has its own folder; --resume continues the latest one
@@ -603,3 +608,39 @@ def test_resume_removes_query_caches_a_killed_run_left(bench: pytest.Pytester) -
     fresh.mkdir()
     bench.runpytest(*args, "--overwrite").assert_outcomes(passed=1)  # without --resume an unmarked cache stays
     assert fresh.exists()
+
+
+KILL_ONE = """
+import os, signal
+
+
+def pytest_runtest_call(item):
+    if item.nodeid.endswith("synth-mlp-random-seed-soft_prob-s0]") and os.environ.get("PYTEST_XDIST_WORKER"):
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-cell, as an OOM kill would do
+"""
+
+
+# issue 52: a cell whose xdist worker died is in report.json and the summary as an error, with xdist's cause.
+@pytest.mark.slow
+def test_a_cell_whose_worker_died_is_recorded_as_an_error(bench: pytest.Pytester) -> None:
+    bench.makeconftest(HOOKS + KILL_ONE)
+    result = bench.runpytest_subprocess("benchmarks", "-k", "random and seed and s0", "-n", "2",
+                                        "-p", "no:benchmark", "--mebench-json", "r.json")
+    text = result.stdout.str()
+    assert result.ret != 0 and "crashed" in text
+    cells = {c["id"]: c for c in json.loads((bench.path / "r.json").read_text())["cells"]}
+    dead = cells["synth-mlp-random-seed-soft_prob-s0"]
+    assert dead["status"] == "error" and "crashed" in dead["error"]
+    assert cells["synth-mlp-random-seed-hard_top1-s0"]["status"] == "passed"
+    assert "error: synth-mlp-random-seed-soft_prob-s0: " in text.split("mebench results")[-1]  # the summary says so
+
+
+# issue 54: the terminal summary has a row for every budget checkpoint, not only the largest.
+def test_the_summary_table_shows_every_budget():
+    from mebench.harness.session import results_table
+
+    agg = [{"attack": "random", "data_mode": "seed", "output_mode": "soft_prob", "track": "A", "checkpoint_B": b,
+            "metric": m, "mean": 0.5, "std": 0.1, "n_seeds": 3} for b in (1000, 10000)
+           for m in ("acc_gt", "agreement", "kl_mean", "l1_mean")]
+    rows = results_table(agg)[1:]
+    assert [r.split()[4] for r in rows] == ["1000", "10000"]

@@ -382,6 +382,19 @@ class BenchSession:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if cells and tr is not None:
             tr.write_line(self.estimate(cells).line())
+            for line in self.resume_lines(cells) if self.options.resume else []:  # the workers print none
+                tr.write_line(line)
+
+    def resume_lines(self, cells: Sequence[Cell]) -> list[str]:
+        """``--resume``'s line for each cell that runs again or is kept stale (a current cell says nothing)."""
+        from mebench.resume import NO_RESULTS, verdict_words
+
+        lines = []
+        for cell in cells:
+            verdict = self.resume_verdict(cell)
+            if verdict.reason and verdict.reason != NO_RESULTS:
+                lines.append(f"mebench --resume: {cell.id}: {verdict_words(verdict)}")
+        return lines
 
     def complete_record(self, cell: Cell, verdict: Optional["Verdict"] = None) -> Optional[dict[str, Any]]:
         """The cell's stored record if ``--resume`` keeps it (``resume_verdict``), marked ``resumed``;
@@ -511,10 +524,15 @@ class BenchSession:
         """Collect cell records from test reports (local or sent by xdist workers)."""
         props = dict((p[0], p[1]) for p in report.user_properties)
         cell_id = props.get(CELL_ID_KEY)
+        record = props.get(RECORD_KEY)
+        if cell_id is None and _crashed(report):  # pytest-xdist's report of a worker that died mid-cell
+            cell_id = report.nodeid.rsplit("[", 1)[-1].rstrip("]") if report.nodeid.endswith("]") else None
         if cell_id is None:
             return
-        record = props.get(RECORD_KEY)
-        if record is not None and (report.when == "call" or record.get("resumed")):
+        if _crashed(report):
+            self.records[cell_id] = {"id": cell_id, "nodeid": report.nodeid, "status": "error",
+                                     "error": _last_line(report), "metrics_rows": [], "summary": {}}
+        elif record is not None and (report.when == "call" or record.get("resumed")):
             self.records[cell_id] = record
         elif report.when == "setup" and not report.passed:
             status = "skipped" if report.skipped else "error"
@@ -590,7 +608,7 @@ class BenchSession:
         }
 
     def summary_lines(self) -> list[str]:
-        """A compact table: mean ± std over seeds at each cell group's largest checkpoint."""
+        """A compact table: mean ± std over seeds of each cell group at every checkpoint."""
         if self.report is None:
             return list(self.messages)
         counts = ", ".join(f"{n} {s}" for s, n in self.report["counts"].items())
@@ -608,23 +626,19 @@ class BenchSession:
 
 
 def results_table(aggregate: Sequence[dict[str, Any]]) -> list[str]:
-    """Rows of the terminal summary, one per condition and track at its largest B; a column per metric
+    """Rows of the terminal summary, one per condition, track and budget checkpoint; a column per metric
     (``mebench.metrics.METRICS``: mean ± std for the higher-is-better ones, the mean for the others)."""
     from mebench.metrics import METRICS
 
     groups: dict[tuple, dict[str, Any]] = {}
     for r in aggregate:
-        key = (r["attack"], r["data_mode"], r["output_mode"], r["track"])
-        g = groups.setdefault(key, {"B": r["checkpoint_B"]})
-        if r["checkpoint_B"] > g["B"]:
-            groups[key] = g = {"B": r["checkpoint_B"]}
-        if r["checkpoint_B"] == g["B"]:
-            g[r["metric"]] = r
+        key = (r["attack"], r["data_mode"], r["output_mode"], r["track"], r["checkpoint_B"])
+        groups.setdefault(key, {"B": r["checkpoint_B"]})[r["metric"]] = r
     widths = {m.name: 15 if m.higher_is_better else 8 for m in METRICS}
     head = f"{'attack':<24} {'data_mode':<10} {'output':<10} {'trk':<3} {'B':>8} " + " ".join(
         f"{m.name:>{widths[m.name]}}" for m in METRICS) + f" {'n':>2}"
     lines = [head] if groups else []
-    for (attack, dm, om, track), g in sorted(groups.items()):
+    for (attack, dm, om, track, _), g in sorted(groups.items()):
         n = max((m["n_seeds"] for k, m in g.items() if k != "B"), default=0)
         cells = " ".join(f"{_pm(g.get(m.name), std=m.higher_is_better):>{widths[m.name]}}" for m in METRICS)
         lines.append(f"{attack:<24} {dm:<10} {om:<10} {track:<3} {g['B']:>8} {cells} {n:>2}")
@@ -676,3 +690,9 @@ def _remove_if_empty(cells_dir: Path) -> None:
 def _last_line(report: pytest.TestReport) -> str:
     text = report.longreprtext.strip().splitlines()
     return text[-1] if text else report.outcome
+
+
+def _crashed(report: pytest.TestReport) -> bool:
+    """A report pytest-xdist made for an item whose worker died (``when`` is "???"; the longrepr says
+    "worker 'gwN' crashed while running ...")."""
+    return report.failed and report.when not in ("setup", "call", "teardown") and "crashed" in str(report.longrepr)
