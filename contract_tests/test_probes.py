@@ -195,3 +195,7 @@ def test_the_mebench_command_shows_an_old_key_with_its_new_name(tmp_path):
                           timeout=120)
     assert done.returncode != 0 and "budget.checkpoints" in done.stderr + done.stdout
     assert "metrics.transfer_images is deprecated: write measure.transfer.images" in done.stderr
+    # issue 52: the deprecation is one line of its own, not Python's warning with file, line and source
+    lines = done.stderr.strip().splitlines()
+    assert [ln for ln in lines if "deprecated" in ln][0].startswith("mebench: deprecated: ")
+    assert "DeprecationWarning" not in done.stderr and len(lines) == 2  # the deprecation, then the error

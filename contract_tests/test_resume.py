@@ -7,6 +7,7 @@ registered for this module, so a test can change one of its defaults between two
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -296,6 +297,24 @@ def test_mebench_run_resume_keeps_finished_and_reruns_interrupted_seeds(run_conf
     assert (seed1 / "metrics.csv").read_bytes() == full and (run_dir / "aggregate.csv").read_bytes() == aggregate
 
 
+# issue 52: a seed whose kept checkpoint was truncated after the run is run again by --resume (its sha256
+# is in summary.json), and comes back whole with the same numbers.
+def test_resume_reruns_a_seed_whose_kept_checkpoint_is_truncated(run_config, tmp_path, capsys):
+    assert run_cli(run_config) == 0
+    (run_dir,) = (tmp_path / "runs" / "synth").iterdir()
+    ckpt = run_dir / "seed_1" / "final_substitute.ckpt"
+    whole, metrics = ckpt.read_bytes(), (run_dir / "seed_1" / "metrics.csv").read_bytes()
+    assert json.loads((run_dir / "seed_1" / "summary.json").read_text())["kept_files"] == {
+        "final_substitute.ckpt": hashlib.sha256(whole).hexdigest()}
+    ckpt.write_bytes(whole[: len(whole) // 2])
+    capsys.readouterr()
+    assert run_cli(run_config, "--resume") == 0
+    out = capsys.readouterr().out
+    assert "--resume: seed 0: kept" in out
+    assert "--resume: seed 1: runs again: final_substitute.ckpt differs from the sha256 summary.json recorded" in out
+    assert ckpt.read_bytes() == whole and (run_dir / "seed_1" / "metrics.csv").read_bytes() == metrics
+
+
 # issue 35 / 43: `mebench run --resume` reruns a seed of other code; --keep-stale keeps it, marked.
 def test_mebench_run_resume_by_code_identity_and_keep_stale(run_config, tmp_path, capsys, monkeypatch):
     assert run_cli(run_config, "--seeds", "0") == 0
@@ -337,3 +356,26 @@ def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+# issue 52: a second `--resume` of a folder another run is working in stops at once, in one line naming it.
+def test_a_second_resume_of_a_busy_folder_is_one_line(run_config, tmp_path, capsys):
+    from mebench import artifacts
+
+    assert run_cli(run_config) == 0
+    (run_dir,) = (tmp_path / "runs" / "synth").iterdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from mebench.artifacts import run_folder_lock\n"
+        f"with run_folder_lock(Path({str(run_dir)!r})):\n    print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert run_cli(run_config, "--resume") == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("mebench: error: RunFolderBusy:") and f"pid {holder.pid}" in err and "\n" not in err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_cli(run_config, "--resume") == 0  # the lock went with its process
+    assert not (run_dir / artifacts.RUN_LOCK).exists()

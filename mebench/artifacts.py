@@ -16,8 +16,9 @@ import json
 import math
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from mebench.metricspec import METRIC_NAMES
 from mebench.naming import latest_stamp_dir, make_stamp_dir
@@ -106,6 +107,39 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
     """``<output_dir>/<run_name>/<UTC timestamp>``, created exclusively (a suffix on a clash), so two
     runs started in the same second never share one (``naming.make_stamp_dir``)."""
     return make_stamp_dir(Path(output_dir) / run_name)
+
+
+#: Held by the process running in a run folder (``run_folder_lock``); removed when it leaves.
+RUN_LOCK = ".mebench-run.lock"
+
+
+@contextmanager
+def run_folder_lock(directory: Path) -> Iterator[None]:
+    """Hold ``directory``'s run lock while the block runs; a second process (``--resume`` of the same
+    folder) gets ``RunFolderBusy`` naming the holder's pid at once, instead of failing later on a
+    file the first one is writing."""
+    import fcntl
+
+    from mebench.errors import RunFolderBusy
+
+    path = Path(directory) / RUN_LOCK
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise RunFolderBusy(f"another mebench run (pid {holder}) is running in {directory}: wait for it to "
+                                "finish, then resume it again") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def latest_run_dir(output_dir: str | Path, run_name: str) -> "Path | None":

@@ -441,6 +441,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import warnings
 
     warnings.simplefilter("default", ConfigDeprecationWarning)  # Python hides DeprecationWarnings outside __main__
+    _one_line_deprecations()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv[:1] if argv[:1] in (["report"], ["docs"]) else argv)
     interrupt_on_sigterm()
@@ -480,6 +481,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                  if args.command == "run" else "; run it again to continue" if args.command == "quickstart" else "")
         print(f"mebench: interrupted; temporary caches were removed{again}", file=sys.stderr)
         return 130
+
+
+def _one_line_deprecations() -> None:
+    """A deprecated config key is one line, ``mebench: deprecated: ...``, not Python's warning with its
+    file, line and source (issue 52); every other warning is shown as Python shows it."""
+    shown = warnings.showwarning
+    if getattr(shown, "mebench_one_line", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
+        if issubclass(category, ConfigDeprecationWarning):
+            print(f"mebench: deprecated: {' '.join(str(message).split())}", file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.mebench_one_line = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 def _one_line(error: BaseException) -> str:

@@ -28,7 +28,7 @@ from mebench.oracle import Oracle
 from mebench.config.plan import RunPlan, resolve
 from mebench.probes import PROBES, Probe, Scored, merge_section
 from mebench.progress import Say, Ticker, interval_of, prefixed
-from mebench.resume import resume_seeds
+from mebench.resume import KEPT_FILES, file_sha256, resume_seeds
 from mebench.seeding import seed_everything
 from mebench.state import EngineState
 from mebench.together import default_for, run_together
@@ -149,6 +149,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         for p in probes:
             merge_section(summary, p.summary(world))
         write_outputs(seed_dir, rows, probes, final=True)
+        summary[KEPT_FILES] = {f.name: file_sha256(f) for f in sorted(seed_dir.glob("*.ckpt"))}  # --resume checks them
         artifacts.atomic_write_json(seed_dir / "summary.json", summary)
     return SeedResult(seed, rows, summary, seed_dir)
 
@@ -208,11 +209,18 @@ def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Op
     swept = sweep_dead_caches(Path(cfg.run.output_dir) / cfg.run.name, f"*/seed_*/{QUERY_CACHE_DIR}")
     if swept and tell is not None:
         tell(f"removed {len(swept)} query cache(s) a killed run left under {Path(cfg.run.output_dir) / cfg.run.name}")
-    kept = {} if resume is None else {
-        seed: SeedResult(seed, rows, summary, resume / f"seed_{seed}")
-        for seed, (summary, rows) in resume_seeds(resume, plans, keep_stale, torch.get_num_threads(), tell).items()}
+    directory = resume if resume is not None else artifacts.new_run_dir(cfg.run.output_dir, cfg.run.name)
+    with artifacts.run_folder_lock(directory):  # a second --resume of this folder stops here, in one line
+        kept = {} if resume is None else {
+            seed: SeedResult(seed, rows, summary, resume / f"seed_{seed}")
+            for seed, (summary, rows) in resume_seeds(resume, plans, keep_stale, torch.get_num_threads(), tell).items()}
+        return _run_seeds(cfg, RunResult(directory), plans, kept, progress, say, seeds_together)
+
+
+def _run_seeds(cfg: RunConfig, result: RunResult, plans: dict[int, RunPlan], kept: dict[int, SeedResult],
+               progress: bool, say: Optional[Say], seeds_together: Optional[bool]) -> RunResult:
+    """``run``'s work in its (locked) run folder: every seed not kept, then the seed aggregate."""
     prep = prepare(cfg) if len(kept) < len(plans) else None
-    result = RunResult(resume if resume is not None else artifacts.new_run_dir(cfg.run.output_dir, cfg.run.name))
     todo = [seed for seed in cfg.run.seeds if seed not in kept]
     if prep is not None and len(todo) > 1 and (default_for(prep.device) if seeds_together is None else seeds_together):
         done = dict(zip(todo, run_seeds_together(cfg, prep, todo, plans, result.directory, progress, say)))

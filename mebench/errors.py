@@ -103,3 +103,7 @@ def interrupt_on_sigterm() -> bool:
 class RunTooLarge(MebenchError):
     """A run estimated far beyond what this machine finishes (``mebench run``'s cost guard; the grid
     has its own): refused before any work, with how to shorten it or go on anyway."""
+
+
+class RunFolderBusy(MebenchError):
+    """Another mebench process is running in this run folder (a second ``--resume`` of it)."""

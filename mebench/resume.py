@@ -12,6 +12,7 @@ instead, and :func:`mark_kept_stale` writes ``resume: {kept_stale: true, reason}
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 #: The ``summary.json`` key a ``--keep-stale`` folder carries.
 RESUME_KEY = "resume"
+#: The ``summary.json`` key naming the seed folder's kept checkpoints with their sha256 (issue 52).
+KEPT_FILES = "kept_files"
 #: The verdict's reason for a cell or seed that never ran (a first run, not a rerun: nothing is printed).
 NO_RESULTS = "it has no results yet"
 
@@ -99,6 +102,7 @@ def check_folder(directory: Path, plan: "RunPlan", code_identity: str, threads: 
     if summary is not None and summary.get("status") != "complete":
         problem = f"summary.json says status {summary.get('status')!r} (interrupted or failed)"
     problem = problem or metrics_problem(directory / "metrics.csv", plan.checkpoints, METRICS_COLUMNS)
+    problem = problem or kept_files_problem(directory, summary or {})
     if problem:
         return Verdict(False, problem)
     assert summary is not None
@@ -111,6 +115,28 @@ def decide(verdict: Verdict, keep_stale: bool) -> Verdict:
     if verdict.stale and keep_stale:
         return Verdict(True, verdict.reason, stale=True, summary=verdict.summary)
     return verdict
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    """The SHA-256 of a file's bytes (hex)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def kept_files_problem(directory: Path, summary: dict[str, Any]) -> Optional[str]:
+    """Why a checkpoint the seed kept (``summary.json`` ``kept_files``: name -> sha256) is not whole, else
+    ``None`` (records written before the digests existed have nothing to check)."""
+    kept = summary.get(KEPT_FILES)
+    for name, digest in (kept.items() if isinstance(kept, dict) else ()):
+        path = directory / str(name)
+        if not path.is_file():
+            return f"{name} is missing"
+        if file_sha256(path) != digest:
+            return f"{name} differs from the sha256 summary.json recorded (truncated or damaged)"
+    return None
 
 
 def verdict_words(verdict: Verdict) -> str:
