@@ -450,22 +450,21 @@ def test_a_victim_with_non_finite_weights_is_refused(bad, synth_cfg_dict, synth_
 def test_a_missing_reference_victim_is_trained_from_its_recipe_first(tmp_path, monkeypatch, capsys, synth_cfg_dict):
     import argparse
 
-    from mebench.config import parse_config
-
     monkeypatch.chdir(tmp_path)
     (tmp_path / "configs" / "victims").mkdir(parents=True)
     (tmp_path / "configs" / "victims" / "synth_v.yaml").write_text(yaml.safe_dump(RECIPE))
     calls = []
     monkeypatch.setattr(cli, "_train_one", lambda args, recipe, out: calls.append((recipe.name, str(out))) or 0)
     args = argparse.Namespace(threads=1, no_progress=True, data_root=None, download=False)
-    cfg = parse_config(deep_update(synth_cfg_dict, {"victim": {"victim_id": "synth_v",
-                                                               "checkpoint_ref": "victims/synth_v.pt"}}))
-    cli._train_reference_victim(cfg, args)
-    assert calls == [("synth_v", "victims/synth_v.pt")]
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(deep_update(synth_cfg_dict, {"victim": {"victim_id": "synth_v",
+                                                                           "checkpoint_ref": "victims/synth_v.pt"}})))
+    cli._train_reference_victim(path, {}, args)
+    assert [(name, Path(out).resolve()) for name, out in calls] == [("synth_v", (tmp_path / "victims/synth_v.pt").resolve())]
     assert "training it from configs/victims/synth_v.yaml first" in capsys.readouterr().out
-    own = parse_config(deep_update(synth_cfg_dict, {"victim": {"victim_id": "synth_v",
-                                                               "checkpoint_ref": str(tmp_path / "mine.pt")}}))
-    cli._train_reference_victim(own, args)
+    path.write_text(yaml.safe_dump(deep_update(synth_cfg_dict, {"victim": {"victim_id": "synth_v",
+                                                                           "checkpoint_ref": str(tmp_path / "mine.pt")}})))
+    cli._train_reference_victim(path, {}, args)
     assert len(calls) == 1
 
 

@@ -31,7 +31,7 @@ def _copy_checkout(tmp_path: Path, only: str | None = None) -> Path:
         return root
     for page in docs.target_pages(ROOT):
         sets = {m["set"] for m in docs.BEGIN_RE.finditer(page.read_text(encoding="utf-8"))}
-        if sets == {only}:
+        if sets - {docs.REGISTRY_SET} == {only}:  # the registry's block needs no record
             (root / page.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(page, root / page.relative_to(ROOT))
     shutil.copytree(ROOT / "results" / only, root / "results" / only)

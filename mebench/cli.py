@@ -151,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = {"seeds": args.seeds, "budgets": args.budgets, "device": args.device, "data_root": args.data_root,
                  "output_dir": args.out, "download": args.download or None,
                  "transfer": ["fgsm", "pgd", "cw"] if args.transfer else None}
-    _train_reference_victim(load_config(args.config, overrides=overrides, check_files=False), args)
+    _train_reference_victim(args.config, overrides, args)
     cfg = load_config(args.config, overrides=overrides)
     resume = _resume_dir(args, cfg)
     if resume is not None and args.threads is None:  # keep the resumed seeds' count (the policy follows the load)
@@ -229,18 +229,23 @@ def _build_words(checkpoint: Path) -> str:
         f"{'torch ' + torch_version if 'not' not in torch_version else torch_version}, sha256 {str(meta.get('sha256', ''))[:12]})"
 
 
-def _train_reference_victim(cfg: Any, args: argparse.Namespace) -> None:
+def _train_reference_victim(config: Path, overrides: dict, args: argparse.Namespace) -> None:
     """A run whose victim is a reference victim (``victims/<id>.pt`` with a recipe
-    ``configs/victims/<id>.yaml``) that is not trained yet trains it first, saying so in one line."""
-    from mebench.victims.recipes import RECIPES_DIR, load_recipe
+    ``configs/victims/<id>.yaml``) that is not trained yet trains it first, saying so in one line.
+    Torch-free until there is one to train: a config mistake is still answered before torch loads."""
+    from mebench.config import apply_overrides, parse_config, read_yaml_file, resolve_paths
+
+    raw = read_yaml_file(Path(config), "config file not found")
+    cfg = apply_overrides(resolve_paths(parse_config(raw), Path(config).parent), **overrides)
+    v = cfg.victim
+    ref, recipe = Path(str(v.checkpoint_ref)), Path("configs") / "victims" / f"{v.victim_id}.yaml"
+    if ref.exists() or not recipe.is_file() or ref.resolve() != (Path("victims") / f"{v.victim_id}.pt").resolve():
+        return  # trained, no recipe, or a victim file of the user's own (validation names a missing one)
+    from mebench.victims.recipes import load_recipe
     from mebench.victims.registry import reads_file
 
-    v = cfg.victim
-    ref, recipe = Path(str(v.checkpoint_ref)), RECIPES_DIR / f"{v.victim_id}.yaml"
-    if not reads_file(v.format) or ref.exists() or not recipe.is_file():
+    if not reads_file(v.format):
         return
-    if ref.resolve() != (Path("victims") / f"{v.victim_id}.pt").resolve():
-        return  # a victim file of the user's own, not the recipe's output: validation names it
     print(f"victim {v.victim_id}: not trained yet: training it from {recipe} first (once; -> {ref})", flush=True)
     train = argparse.Namespace(device=None, threads=args.threads, force=False, no_progress=args.no_progress,
                                data_root=args.data_root or cfg.dataset.data_root, download=args.download)
