@@ -379,3 +379,26 @@ def test_a_second_resume_of_a_busy_folder_is_one_line(run_config, tmp_path, caps
         holder.wait()
     assert run_cli(run_config, "--resume") == 0  # the lock went with its process
     assert not (run_dir / artifacts.RUN_LOCK).exists()
+
+
+# issue 52: a seed whose results cannot be written (a full disk) does not stay "running" in summary.json.
+@pytest.mark.parametrize("also_summary", [False, True])
+def test_a_full_disk_leaves_a_failed_seed_not_a_running_one(make_cfg, monkeypatch, also_summary):
+    import errno
+
+    from mebench import artifacts, engine
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(engine, "write_outputs", full)
+    if also_summary:  # not even the whole summary fits: the in-place one-line record does
+        real = artifacts.atomic_write_json
+        monkeypatch.setattr(artifacts, "atomic_write_json",
+                            lambda path, obj: full() if obj.get("status") == "failed" else real(path, obj))
+    cfg = make_cfg(budget={"max_budget": 100, "checkpoints": [100]})
+    with pytest.raises(OSError):
+        engine.run(cfg, progress=False)
+    (summary,) = Path(cfg.run.output_dir).glob("*/*/seed_0/summary.json")
+    doc = json.loads(summary.read_text())
+    assert doc["status"] == "failed" and "No space left on device" in doc["error"]

@@ -148,10 +148,33 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         summary.update(summary_tail(world.oracle, timings, rows))
         for p in probes:
             merge_section(summary, p.summary(world))
-        write_outputs(seed_dir, rows, probes, final=True)
-        summary[KEPT_FILES] = {f.name: file_sha256(f) for f in sorted(seed_dir.glob("*.ckpt"))}  # --resume checks them
-        artifacts.atomic_write_json(seed_dir / "summary.json", summary)
+        try:
+            write_outputs(seed_dir, rows, probes, final=True)
+            summary[KEPT_FILES] = {f.name: file_sha256(f) for f in sorted(seed_dir.glob("*.ckpt"))}  # --resume checks them
+            artifacts.atomic_write_json(seed_dir / "summary.json", summary)
+        except OSError as e:  # a full or read-only disk: say so in summary.json where that still can be written
+            record_write_failure(seed_dir / "summary.json", summary, e)
+            raise
     return SeedResult(seed, rows, summary, seed_dir)
+
+
+def record_write_failure(path: Path, summary: dict, error: OSError) -> None:
+    """Mark the seed failed because its results could not be written: the whole summary if it fits,
+    else a one-line record written in place over the ``running`` one (truncating it first frees its
+    blocks), so a full disk never leaves a seed that says ``running``; silent if even that fails."""
+    import json
+
+    why = f"results could not be written: {type(error).__name__}: {error}"
+    summary.update(status="failed", error=why)
+    try:
+        artifacts.atomic_write_json(path, summary)
+        return
+    except OSError:
+        pass
+    try:
+        path.write_text(json.dumps({"status": "failed", "seed": summary.get("seed"), "error": why}) + "\n")
+    except OSError:
+        pass
 
 
 def arm(world: World) -> float:
