@@ -152,7 +152,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                  "output_dir": args.out, "download": args.download or None,
                  "transfer": ["fgsm", "pgd", "cw"] if args.transfer else None}
     _train_reference_victim(args.config, overrides, args)
-    cfg = load_config(args.config, overrides=overrides)
+    with warnings.catch_warnings():  # a deprecated key was named once, by the parse above
+        warnings.simplefilter("ignore", ConfigDeprecationWarning)
+        cfg = load_config(args.config, overrides=overrides)
     resume = _resume_dir(args, cfg)
     if resume is not None and args.threads is None:  # keep the resumed seeds' count (the policy follows the load)
         from mebench.resume import recorded_threads
@@ -234,9 +236,12 @@ def _train_reference_victim(config: Path, overrides: dict, args: argparse.Namesp
     ``configs/victims/<id>.yaml``) that is not trained yet trains it first, saying so in one line.
     Torch-free until there is one to train: a config mistake is still answered before torch loads."""
     from mebench.config import apply_overrides, parse_config, read_yaml_file, resolve_paths
+    from mebench.config.validation import STATIC_RULES, load_config
 
     raw = read_yaml_file(Path(config), "config file not found")
-    cfg = apply_overrides(resolve_paths(parse_config(raw), Path(config).parent), **overrides)
+    cfg = apply_overrides(resolve_paths(parse_config(raw), Path(config).parent), **overrides)  # says deprecations
+    for rule in STATIC_RULES:  # a config mistake first, before any training
+        rule(cfg)
     v = cfg.victim
     ref, recipe = Path(str(v.checkpoint_ref)), Path("configs") / "victims" / f"{v.victim_id}.yaml"
     if ref.exists() or not recipe.is_file() or ref.resolve() != (Path("victims") / f"{v.victim_id}.pt").resolve():
@@ -246,6 +251,9 @@ def _train_reference_victim(config: Path, overrides: dict, args: argparse.Namesp
 
     if not reads_file(v.format):
         return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigDeprecationWarning)
+        load_config(config, overrides=overrides, check_files=False)  # every rule but the files', then train
     print(f"victim {v.victim_id}: not trained yet: training it from {recipe} first (once; -> {ref})", flush=True)
     train = argparse.Namespace(device=None, threads=args.threads, force=False, no_progress=args.no_progress,
                                data_root=args.data_root or cfg.dataset.data_root, download=args.download)
