@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mebench import artifacts
-from mebench.seed_records import record_run_metadata, summary_tail, utc_now, write_outputs
+from mebench.seed_records import record_run_metadata, record_write_failure, summary_tail, utc_now, write_outputs
 from mebench.config import RunConfig
 from mebench.data.cache import QueryStore
 from mebench.naming import QUERY_CACHE_DIR, sweep_dead_caches
@@ -156,25 +156,6 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
             record_write_failure(seed_dir / "summary.json", summary, e)
             raise
     return SeedResult(seed, rows, summary, seed_dir)
-
-
-def record_write_failure(path: Path, summary: dict, error: OSError) -> None:
-    """Mark the seed failed because its results could not be written: the whole summary if it fits,
-    else a one-line record written in place over the ``running`` one (truncating it first frees its
-    blocks), so a full disk never leaves a seed that says ``running``; silent if even that fails."""
-    import json
-
-    why = f"results could not be written: {type(error).__name__}: {error}"
-    summary.update(status="failed", error=why)
-    try:
-        artifacts.atomic_write_json(path, summary)
-        return
-    except OSError:
-        pass
-    try:
-        path.write_text(json.dumps({"status": "failed", "seed": summary.get("seed"), "error": why}) + "\n")
-    except OSError:
-        pass
 
 
 def arm(world: World) -> float:

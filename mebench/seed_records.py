@@ -49,3 +49,20 @@ def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
         append_metadata(Path(cfg.run.output_dir) / METADATA_FILE, run_metadata_entry(summary, seed_dir))
+
+
+def record_write_failure(path: Path, summary: dict, error: OSError) -> None:
+    """Mark the seed failed because its results could not be written: the whole summary if it fits,
+    else a one-line record written in place over the ``running`` one (truncating it first frees its
+    blocks), so a full disk never leaves a seed that says ``running``; silent if even that fails."""
+    why = f"results could not be written: {type(error).__name__}: {error}"
+    summary.update(status="failed", error=why)
+    try:
+        artifacts.atomic_write_json(path, summary)
+        return
+    except OSError:
+        pass
+    try:
+        path.write_text(json.dumps({"status": "failed", "seed": summary.get("seed"), "error": why}) + "\n")
+    except OSError:
+        pass
