@@ -75,3 +75,11 @@ def record_if_asked(name: str, key: str, value: Any, **extra: str) -> None:
     entry["values"][key] = value
     PINS_DIR.mkdir(parents=True, exist_ok=True)
     (PINS_DIR / f"{name}.json").write_text(json.dumps({"environments": entries}, indent=1, sort_keys=True) + "\n")
+
+
+def two_folders(tmp_path: Path) -> tuple[Path, Path]:
+    """Two empty folders for running the same pinned case twice (the everywhere-checks)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    return one, two

@@ -117,8 +117,7 @@ def test_measurement_outputs_are_unchanged(case, tmp_path, pinned_victim):
 # sections, keys and list lengths (the pinned values' shape, from any recorded environment).
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_measurement_outputs_repeat_and_keep_their_shape_everywhere(case, tmp_path, pinned_victim):
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.mkdir(), two.mkdir()
+    one, two = _pins.two_folders(tmp_path)
     got = measured(one, pinned_victim, case)
     assert measured(two, pinned_victim, case) == got
     assert finite_numbers(got) == []

@@ -66,8 +66,7 @@ def check_metrics_csv(data: bytes, checkpoints: list[int], tracks: set[str]) -> 
 # issue 51: in any environment, the pinned runs are repeatable to the byte and well formed.
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_metrics_csv_is_repeatable_and_well_formed_everywhere(case, tmp_path, pinned_victim):
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.mkdir(), two.mkdir()
+    one, two = _pins.two_folders(tmp_path)
     first = tiny_metrics(one, pinned_victim, case)
     assert tiny_metrics(two, pinned_victim, case) == first
     tracks = {"A", "B"} if case in ("knockoff_fast", "activethief_kcenter_fast", "dfme") else {"A"}

@@ -225,10 +225,11 @@ def _build_words(checkpoint: Path) -> str:
         meta = json.loads(checkpoint.with_suffix(".json").read_text())
     except (OSError, ValueError):
         return ""
-    torch_version = (meta.get("versions") or {}).get("torch") or "torch version not recorded"
-    acc = meta.get("test_accuracy")
-    return (f" (test accuracy {acc:.4f}, " if isinstance(acc, float) else " (") + \
-        f"{'torch ' + torch_version if 'not' not in torch_version else torch_version}, sha256 {str(meta.get('sha256', ''))[:12]})"
+    acc, torch_version = meta.get("test_accuracy"), (meta.get("versions") or {}).get("torch")
+    words = [f"test accuracy {acc:.4f}" if isinstance(acc, float) else "",
+             f"torch {torch_version}" if torch_version else "torch version not recorded",
+             f"sha256 {str(meta.get('sha256', ''))[:12]}"]
+    return f" ({', '.join(w for w in words if w)})"
 
 
 def _train_reference_victim(config: Path, overrides: dict, args: argparse.Namespace) -> None:
