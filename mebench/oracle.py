@@ -134,11 +134,11 @@ class Oracle:
         n = int(x.shape[0])
         if n == 0:
             raise OracleInputError("query batch is empty")
-        lo, hi = torch.aminmax(x)
-        if not (bool(lo >= 0) and bool(hi <= 1)):  # NaN fails both comparisons
+        lo, hi = torch.stack(torch.aminmax(x)).tolist()  # one device-to-host read (a GPU syncs once)
+        if not (lo >= 0 and hi <= 1):  # NaN fails both comparisons
             if not bool(torch.isfinite(x).all()):
                 raise OracleInputError("query contains NaN or infinite values")
-            raise OracleInputError(f"query pixels must lie in the range [0, 1], got min {float(lo):.4g}, max {float(hi):.4g}")
+            raise OracleInputError(f"query pixels must lie in the range [0, 1], got min {lo:.4g}, max {hi:.4g}")
         return n
 
     def query(self, x: torch.Tensor) -> OracleOutput:

@@ -114,7 +114,9 @@ class GroupTrainer(TrackATrainer):
 
     def train(self, x: torch.Tensor, y: torch.Tensor, on_step: Optional[Callable[[int], None]] = None,
               losses: Optional[torch.Tensor] = None) -> torch.nn.Module:
-        return self.group.train(self.seed, x, y, on_step, losses)
+        model = self.group.train(self.seed, x, y, on_step, losses)
+        self.last_step = dict(self.group.base.last_step)
+        return model
 
     def record(self) -> dict[str, Any]:
         """What ``summary.json`` says about it (``track_a_seeds_together``)."""

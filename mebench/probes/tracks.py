@@ -60,6 +60,7 @@ class TrackA(Probe):
         super().__init__(params)
         self.timings = {"track_a": 0.0}
         self.steps: dict[int, int] = {}
+        self.step_kinds: dict[int, dict] = {}
         self.peak_rss: dict[int, float] = {}
         self.final_model: Optional[torch.nn.Module] = None
         self.trainer: Any = None
@@ -82,6 +83,7 @@ class TrackA(Probe):
             losses = torch.zeros(steps, dtype=torch.float32, device=device)
             model = self.trainer.train(x, y, on_step=on_step, losses=losses)
         self.steps[budget] = ticker.done  # recorded once trained: an interrupted training lists nothing
+        self.step_kinds[budget] = dict(getattr(self.trainer, "last_step", None) or {})
         self.peak_rss[budget] = peak_rss_mib()
         metrics, share = world.prep.evaluator.score(model)
         self.final_model = model
@@ -93,7 +95,8 @@ class TrackA(Probe):
 
     def summary(self, world: World) -> dict[str, Any]:
         out: dict[str, Any] = {"track_a_steps": {str(k): v for k, v in self.steps.items()},
-                               "peak_rss_mib": {str(k): v for k, v in self.peak_rss.items()}}
+                               "peak_rss_mib": {str(k): v for k, v in self.peak_rss.items()},
+                               "track_a_step": {str(k): v for k, v in self.step_kinds.items()}}
         if hasattr(self.trainer, "record"):  # trained with its sibling seeds (mebench.together)
             out["track_a_seeds_together"] = self.trainer.record()
         return out

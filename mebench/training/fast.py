@@ -39,6 +39,8 @@ __all__ = ["FAST_OPTIONS", "FastSpec", "for_training", "input_layout"]
 class _Autocast(nn.Module):
     """``inner`` run under bfloat16 autocast, its logits handed back in fp32 (for the loss)."""
 
+    graph_safe = False  # autocast's weight cache cannot be captured (mebench.training.graphed)
+
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
         self.inner = inner

@@ -16,6 +16,7 @@ from torch import nn
 
 from mebench.data.rowfile import RowsPrefix
 from mebench.errors import DivergenceError
+from mebench.training import graphed
 from mebench.training.spec import OPTIMIZER_NAMES, OptimizerSpec  # noqa: F401  (defined torch-free; re-exported)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -46,19 +47,8 @@ def batch_indices(n: int, steps: int, batch_size: int, generator: torch.Generato
     ``n < batch_size`` indices repeat within a batch. Generated in chunks so
     memory stays flat for millions of steps.
     """
-    if n <= 0:
-        raise ValueError("cannot train on an empty dataset")
-    buf = torch.empty(0, dtype=torch.long)
-    done = 0
-    while done < steps:
-        todo = min(chunk_steps, steps - done)
-        need = todo * batch_size
-        while buf.numel() < need:
-            buf = torch.cat([buf, torch.randperm(n, generator=generator)])
-        block, buf = buf[:need].view(todo, batch_size), buf[need:]
-        for row in block:
-            yield row
-        done += todo
+    for block in graphed.index_blocks(n, steps, batch_size, generator, chunk_steps):
+        yield from block
 
 
 def train_steps(
@@ -77,6 +67,7 @@ def train_steps(
     transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     losses: Optional[torch.Tensor] = None,
     schedule_steps: Optional[int] = None,
+    step_info: Optional[dict] = None,
 ) -> nn.Module:
     """Train ``model`` for ``steps`` steps on ``(x, y)`` with a fresh optimizer and schedule.
 
@@ -89,8 +80,26 @@ def train_steps(
     synchronisation; ``mebench.training.health`` reads it). ``schedule_steps`` (at least ``steps``)
     is the cosine schedule's length when training stops early on it (default: ``steps``). Raises
     ``DivergenceError`` if the loss becomes NaN or infinite.
+
+    On CUDA the step runs as a captured CUDA graph (``mebench.training.graphed``: the same batches,
+    learning rates and update) unless ``graphed.why_eager`` gives a reason not to; ``step_info``
+    (a dict) receives ``step`` (``graphed`` or ``eager``) and ``why`` (the reason, or ``None``).
     """
     device = next(model.parameters()).device
+    why = graphed.why_eager(device, optimizer, on_disk=isinstance(x, RowsPrefix),
+                            autocast=not getattr(model, "graph_safe", True))
+    if why is None and (x.device != device or y is None or y.device != device):
+        why = "the data are not on the training device"
+    if why is None:
+        program = graphed.train_steps(model, x, y, loss_fn=loss_fn, steps=steps, batch_size=batch_size,
+                                      optimizer=optimizer, generator=generator, cosine=cosine,
+                                      schedule_steps=schedule_steps, transform=transform, losses=losses,
+                                      on_step=on_step, check_every=check_every)
+        if step_info is not None:
+            step_info.update(step=program.kind, why=program.capture_error)
+        return model
+    if step_info is not None:
+        step_info.update(step="eager", why=why)
     opt = make_optimizer(model.parameters(), optimizer)
     t_max = max(1, steps, schedule_steps or 0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=t_max) if cosine else None
@@ -151,6 +160,7 @@ def train_epochs(
     cosine: bool = False,
     transform: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
     min_batch: int = 1,
+    step_info: Optional[dict] = None,
 ) -> nn.Module:
     """Epoch-based training as most attack papers' code does it: each epoch one random
     permutation of ``(x, y)`` in batches of ``batch_size`` (the last one smaller), a fresh
@@ -159,13 +169,29 @@ def train_epochs(
     over the epochs (``CosineAnnealingLR``, stepped per epoch). ``transform`` (augmentation)
     is applied to each input batch; batches smaller than ``min_batch`` are skipped (2 keeps a
     one-image batch away from batch norm). The data should already be on the model's device.
-    Raises ``DivergenceError`` on a NaN/inf loss (checked per epoch).
+    Raises ``DivergenceError`` on a NaN/inf loss (checked per epoch). On CUDA the full batches
+    replay a captured step as in ``train_steps`` (``step_info`` likewise).
     """
     n = int(x.shape[0])
     if n <= 0:
         raise ValueError("cannot train on an empty dataset")
     if cosine and lr_step:
         raise ValueError("train_epochs: choose a step decay (lr_step) or cosine annealing, not both")
+    device = next(model.parameters()).device
+    why = graphed.why_eager(device, optimizer, autocast=not getattr(model, "graph_safe", True))
+    if why is None and (x.device != device or y.device != device):
+        why = "the data are not on the training device"
+    if why is None and n < batch_size:
+        why = "no full batch to capture"
+    if why is None:
+        program = graphed.train_epochs(model, x, y, loss_fn=loss_fn, epochs=epochs, batch_size=batch_size,
+                                       optimizer=optimizer, generator=generator, lr_step=lr_step,
+                                       lr_gamma=lr_gamma, cosine=cosine, transform=transform, min_batch=min_batch)
+        if step_info is not None:
+            step_info.update(step=program.kind, why=program.capture_error)
+        return model
+    if step_info is not None:
+        step_info.update(step="eager", why=why)
     opt = make_optimizer(model.parameters(), optimizer)
     if cosine:
         sched: Optional[torch.optim.lr_scheduler.LRScheduler] = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs))

@@ -23,6 +23,7 @@ from mebench.data.rowfile import RowsPrefix
 from mebench.models.registry import build_model
 from mebench.training.losses import loss_for
 from mebench.training import fast as fast_options
+from mebench.training import graphed
 from mebench.training.loop import OptimizerSpec, steps_for_budget, train_steps
 from mebench.training.spec import FastSpec
 
@@ -59,6 +60,7 @@ class TrackATrainer:
         self.spec = spec
         self.device = torch.device(device)
         self.loss_fn = loss_for(spec.output_mode)
+        self.last_step: dict = {}  # how the last training stepped (graphed or eager, and why)
 
     def steps(self, budget: int) -> int:
         return steps_for_budget(budget, self.spec.steps_coeff_c)
@@ -81,16 +83,18 @@ class TrackATrainer:
         g = torch.Generator().manual_seed(self.spec.init_seed)
         if not isinstance(x, RowsPrefix):
             x, y = x.to(self.device), y.to(self.device)
+        self.last_step = {}
         model = train_steps(model, x, y, loss_fn=self.loss_fn,
                             steps=self.steps(len(x)), batch_size=self.spec.batch_size,
                             optimizer=self.spec.optimizer, generator=g, on_step=on_step, losses=losses,
-                            transform=fast_options.input_layout(fast))
+                            transform=fast_options.input_layout(fast), step_info=self.last_step)
         return finish()
 
 
 def train_seeds_together(trainer: TrackATrainer, datasets: Sequence[tuple[torch.Tensor, torch.Tensor]],
                          on_step: Optional[Sequence[Optional[Callable[[int], None]]]] = None,
-                         losses: Optional[Sequence[Optional[torch.Tensor]]] = None) -> list[nn.Module]:
+                         losses: Optional[Sequence[Optional[torch.Tensor]]] = None,
+                         program: Optional[bool] = None) -> list[nn.Module]:
     """Track A for several seeds of one cell at once: one stacked model (``torch.func``).
 
     Every seed's substitute starts from the same weights (``init_seed``) and, since the D_B of a
@@ -105,6 +109,10 @@ def train_seeds_together(trainer: TrackATrainer, datasets: Sequence[tuple[torch.
     batch), as are seeds whose D_B sizes differ and D_B read from disk (stacking them would load
     every seed's D_B into memory, ``mebench.data.rowfile``). ``on_step[s]`` and ``losses[s]`` (each may be
     ``None``) are seed s's step callback and per-step loss record, as in ``train_steps``.
+
+    On CUDA the stacked step runs as a captured graph (``mebench.training.graphed``) unless
+    ``graphed.why_eager`` says why not; ``program`` True/False forces the device program (run
+    eagerly off CUDA: its tests) or the eager loop; ``trainer.last_step`` records which ran.
     """
     from torch.func import functional_call, stack_module_state
 
@@ -130,17 +138,46 @@ def train_seeds_together(trainer: TrackATrainer, datasets: Sequence[tuple[torch.
     batched = torch.vmap(forward, in_dims=(0, 0, 0))
     xs = torch.stack([x.to(dev) for x, _ in datasets])
     ys = torch.stack([y.to(dev) for _, y in datasets])
+
+    def loss_at(idx: torch.Tensor):
+        out = batched(tuple(stacked), buffers, xs.index_select(1, idx))
+        per_seed = [trainer.loss_fn(out[s], ys[s].index_select(0, idx)) for s in range(len(datasets))]
+        return sum(per_seed), per_seed
+
+    g = torch.Generator().manual_seed(spec.init_seed)
+    why = graphed.why_eager(dev, spec.optimizer) if program is None else (None if program else "the eager loop was asked for")
+    trainer.last_step = {"step": "eager", "why": why}
+    if why is None:
+        lrs = graphed.lr_values(spec.optimizer, steps, lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=max(1, steps)))
+        prog = graphed.StepProgram(stacked, loss_at, spec.optimizer, lrs, losses)
+        graphed.run_blocks(prog, graphed.index_blocks(n, steps, spec.batch_size, g), steps,
+                           capture=dev.type == "cuda", on_step=lambda step: [c(step) for c in calls if c is not None])
+        trainer.last_step = {"step": prog.kind, "why": prog.capture_error}
+    else:
+        _train_stacked_eager(trainer, stacked, loss_at, steps, n, g, losses, calls)
+    out_models = []
+    for s in range(len(datasets)):
+        m = trainer.fresh_model()
+        with torch.no_grad():
+            for name, p in zip(names, stacked):
+                m.get_parameter(name).copy_(p[s])
+        out_models.append(m.eval())
+    return out_models
+
+
+def _train_stacked_eager(trainer: TrackATrainer, stacked: list[torch.Tensor], loss_at: Callable, steps: int,
+                         n: int, g: torch.Generator, losses: Sequence[Optional[torch.Tensor]],
+                         calls: Sequence[Optional[Callable[[int], None]]]) -> None:
+    """The stacked seeds' eager loop: ``torch.optim`` on the stacked parameters."""
+    from mebench.errors import DivergenceError
     from mebench.training.loop import batch_indices, make_optimizer
 
+    spec, dev = trainer.spec, trainer.device
     opt = make_optimizer(stacked, spec.optimizer)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps))
-    g = torch.Generator().manual_seed(spec.init_seed)
     finite = torch.ones((), dtype=torch.bool, device=dev)
     for step, idx in enumerate(batch_indices(n, steps, spec.batch_size, g), 1):
-        idx = idx.to(dev)
-        out = batched(tuple(stacked), buffers, xs[:, idx])
-        per_seed = [trainer.loss_fn(out[s], ys[s, idx]) for s in range(len(datasets))]
-        loss = sum(per_seed)
+        loss, per_seed = loss_at(idx.to(dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -151,16 +188,7 @@ def train_seeds_together(trainer: TrackATrainer, datasets: Sequence[tuple[torch.
                 record[step - 1] = value.detach()
         if step % 100 == 0 or step == steps:
             if not bool(finite):
-                from mebench.errors import DivergenceError
                 raise DivergenceError(f"training loss became NaN or infinite by step {step} of {steps}")
         for call in calls:
             if call is not None:
                 call(step)
-    out_models = []
-    for s in range(len(datasets)):
-        m = trainer.fresh_model()
-        with torch.no_grad():
-            for name, p in zip(names, stacked):
-                m.get_parameter(name).copy_(p[s])
-        out_models.append(m.eval())
-    return out_models
