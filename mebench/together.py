@@ -11,7 +11,9 @@ it draws when run alone; only Track A's summation order differs (bounded by
 
 Whether it pays depends on the device (``DEFAULT_ON``, from ``benchmarks/perf/test_seeds_together.py``,
 records in ``results/perf/``): on the CPU three stacked seeds take as long as three seeds one by
-one, so the default there is off; CUDA has not been measured yet and stays off.
+one, so the default there is off. On CUDA the stacked seeds train as one captured graph
+(``mebench.training.graphed``); the default there turns on once the GPU check's committed record
+(``benchmarks/gpu/check.sh``, ``results/perf/gpu/``) shows them faster than one by one; until then it is off.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import torch
 
 from mebench.training.track_a import TrackATrainer, train_seeds_together
 
-#: Device types where stacking the seeds was measured faster than one by one (none so far).
-DEFAULT_ON: dict[str, bool] = {"cpu": False}
+#: Per device type: whether stacking the seeds was measured faster than one by one. CPU: measured slower
+#: (results/perf/bench/seeds_together.json); CUDA: no committed record yet (benchmarks/gpu/check.sh).
+DEFAULT_ON: dict[str, bool] = {"cpu": False, "cuda": False}
 
 
 def default_for(device: torch.device | str) -> bool:

@@ -233,6 +233,13 @@ def run_blocks(program: StepProgram, blocks: Iterator[torch.Tensor], steps: int,
                 raise _divergence(f"by step {step} of {steps}")
             if on_step is not None:
                 on_step(step)
+    note_uncaptured(program, capture)
+
+
+def note_uncaptured(program: StepProgram, capture: bool) -> None:
+    """Say why a program asked to capture ran eagerly throughout (too few steps to warm up)."""
+    if capture and program.graph is None and program.capture_error is None:
+        program.capture_error = f"{int(program.step_t)} steps: not more than the {WARM_STEPS} warm-up steps"
 
 
 def model_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Callable,
@@ -299,5 +306,6 @@ def train_epochs(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, lo
             program.step_on(perm[full * batch_size:])
         if not program.check_finite():
             raise _divergence(f"in epoch {epoch} of {epochs}")
+    note_uncaptured(program, capture)
     model.eval()
     return program

@@ -91,6 +91,52 @@ def seeds_together_table(records: list[dict[str, Any]]) -> str:
                      "together / 1 seed", "gain over one by one"], rows)
 
 
+#: The GPU goals (issue 57): case -> (what, limit, unit).
+GPU_GOALS = {"mebench": ("one LeNet-5 graphed, Track A", 0.5, "ms / step"),
+             "train_fresh": ("one LeNet-5 graphed, train_fresh's epoch loop", 0.5, "ms / step"),
+             "together_3": ("3 seeds together", 0.25, "ms / seed-step")}
+
+
+def gpu_records(set_dir: Path) -> list[dict[str, Any]]:
+    """The GPU check's records (``benchmarks/gpu/check.sh``), one per card."""
+    return [json.loads(p.read_text()) for p in sorted((set_dir / "gpu").glob("*/record.json"))]
+
+
+def gpu_table(records: list[dict[str, Any]]) -> str:
+    """Per card: every step timing beside the bare loop, then the goals' rows (met or not)."""
+    if not records:
+        return ("*No GPU record yet.* Whoever holds a GPU runs `benchmarks/gpu/check.sh` and commits its "
+                "`record.json` under `results/perf/gpu/<device>/`; this table is generated from it.\n")
+    rows = []
+    for r in records:
+        card = f"{r.get('device_name')} (torch {r.get('torch')})"
+        steps = r.get("steps", {})
+        bare = steps.get("bare_eager", {}).get("ms_per_seed_step")
+        for case, t in sorted(steps.items()):
+            ms = t["ms_per_seed_step"]
+            unit = "ms / 1,000 images" if case in ("oracle", "bare_forward") else "ms / seed-step"
+            rel = f"{bare / ms:.2f}x" if bare and unit != "ms / 1,000 images" else ""
+            rows.append([card, case, str(t["seeds"]), f"{ms:.3f}", unit, rel, ""])
+        for case, (what, limit, unit) in GPU_GOALS.items():
+            if case in steps:
+                ms = steps[case]["ms_per_seed_step"]
+                rows.append([card, f"goal: {what}", "", f"{ms:.3f}", unit, "", f"{'met' if ms <= limit else 'not met'} (<= {limit})"])
+        if "oracle" in steps and "bare_forward" in steps:
+            ratio = steps["oracle"]["ms_per_seed_step"] / steps["bare_forward"]["ms_per_seed_step"]
+            rows.append([card, "goal: oracle / bare forward", "", f"{ratio:.2f}", "x", "",
+                         f"{'met' if ratio <= 1.1 else 'not met'} (<= 1.1)"])
+        grid = r.get("grid", {})
+        if "pytest_s" in grid:
+            rows.append([card, "goal: 6 grid cells 1k/10k, -n 4 --gpus", "", f"{grid['pytest_s']:.1f}", "s of pytest", "",
+                         f"{'met' if grid['pytest_s'] <= 15 else 'not met'} (<= 15); {grid.get('counts', {})}"])
+        run = r.get("random_1m") or {}
+        total = (run.get("timings_s") or {}).get("total")
+        if total is not None:
+            rows.append([card, "goal: Random 1M cell, seed 0", "", f"{total / 60:.2f}", "min wall", "",
+                         f"{'met' if total <= 180 else 'not met'} (<= 3); status {run.get('status')}"])
+    return md_table(["card", "case", "seeds", "time", "unit", "speed-up over the bare eager loop", "goal"], rows)
+
+
 def run_records(set_dir: Path) -> list[dict[str, Any]]:
     """(label, seed, summary) of every seed-run under ``runs/``."""
     out = []
@@ -131,7 +177,7 @@ def tables(set_dir: Path = HERE) -> dict[str, str]:
     roof = bench_records(set_dir, "roofline")
     return {"roofline.md": roofline_table(roof), "victim.md": victim_table(roof), "attacks.md": attacks_table(roof),
             "seeds_together.md": seeds_together_table(bench_records(set_dir, "seeds_together")),
-            "variants.md": variants_table(set_dir)}
+            "variants.md": variants_table(set_dir), "gpu.md": gpu_table(gpu_records(set_dir))}
 
 
 if __name__ == "__main__":
