@@ -25,16 +25,17 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from mebench.training.spec import SEEDS_TOGETHER_DEFAULT, seeds_together_default
 from mebench.training.track_a import TrackATrainer, train_seeds_together
 
-#: Per device type: whether stacking the seeds was measured faster than one by one. CPU: measured slower
-#: (results/perf/bench/seeds_together.json); CUDA: no committed record yet (benchmarks/gpu/check.sh).
-DEFAULT_ON: dict[str, bool] = {"cpu": False, "cuda": False}
+#: Per device type: whether stacking the seeds was measured faster than one by one (defined torch-free in
+#: ``mebench.training.spec``, where the grid's plugin reads it).
+DEFAULT_ON = SEEDS_TOGETHER_DEFAULT
 
 
 def default_for(device: torch.device | str) -> bool:
     """Whether a run on ``device`` trains its seeds together unless told (``DEFAULT_ON``)."""
-    return DEFAULT_ON.get(torch.device(device).type, False)
+    return seeds_together_default(device)
 
 
 class Aborted(RuntimeError):

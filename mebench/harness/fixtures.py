@@ -35,6 +35,7 @@ import pytest
 import torch
 
 from mebench import engine
+from mebench.harness import seedgroups
 from mebench.harness.cells import CellRecorder, PrefixAudit
 from mebench.config import RunConfig
 from mebench.errors import interrupt_on_sigterm
@@ -90,8 +91,9 @@ def run_config(pytestconfig: pytest.Config, cell: Cell, device: torch.device) ->
 
 
 @pytest.fixture
-def oracle(run_config: RunConfig, victim: engine.Prepared) -> Oracle:
-    return engine.make_oracle(run_config, victim)
+def oracle(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfig, victim: engine.Prepared) -> Oracle:
+    member = seedgroups.groups(request.config).member(cell)  # run already, with its seed group
+    return member.oracle if member is not None else engine.make_oracle(run_config, victim)
 
 
 @pytest.fixture
@@ -103,16 +105,25 @@ def track_a_trainer(run_config: RunConfig, victim: engine.Prepared) -> TrackATra
 def cell_record(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfig,
                 device: torch.device) -> CellRecorder:
     bench = bench_session(request.config)
+    member = seedgroups.groups(request.config).member(cell)
+    if member is not None:  # run already, with its seed group: its record goes out with this test's report
+        member.recorder.item = request.node
+        return member.recorder
     return CellRecorder(cell, run_config, str(device), bench.cell_dir(cell), worker=bench.worker_id,
                         item=request.node, update_hook=bench.config.hook.pytest_mebench_update_cell,
                         config=bench.config, say=bench.progress_say(cell))
 
 
 @pytest.fixture
-def query_cache(request: pytest.FixtureRequest, run_config: RunConfig, victim: engine.Prepared,
+def query_cache(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfig, victim: engine.Prepared,
                 cell_record: CellRecorder) -> Iterator[PrefixAudit]:
     """The cell's temporary query store (§11.2): removed after the cell, also when it fails."""
     directory = cell_record.artifacts_dir / QUERY_CACHE_DIR
+    member = seedgroups.groups(request.config).member(cell)
+    if member is not None:  # run already, with its seed group (its store was audited and removed then)
+        yield member.store
+        assert not directory.exists(), f"§11.2: temporary query cache {directory} survived the cell"
+        return
     shutil.rmtree(directory, ignore_errors=True)
     store = PrefixAudit(engine.make_store(run_config, victim, directory))
     if directory.is_dir():  # lets the controller remove it should this worker be killed before its finally

@@ -58,6 +58,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ray-nice", dest="mebench_ray_nice", metavar="N", type=niceness, default=None,
                 help="niceness of the process that runs a cell in a Ray task (default 0, normal priority; Ray's "
                      "own workers run at 15): e.g. 10 to leave the node's other jobs their share; needs --ray")
+    g.addoption("--seeds-together", dest="mebench_seeds_together", choices=("auto", "on", "off"), default="auto",
+                help="run the seed cells of one condition as one group in one process, Track A trained as one "
+                     "stacked model (under -n: --dist loadgroup); auto: where the device was measured to gain "
+                     "(mebench.training.spec.SEEDS_TOGETHER_DEFAULT, the device being cuda with --gpus, else cpu)")
     g.addoption("--mebench-threads", metavar="N", type=positive_int, default=None,
                 help="torch CPU threads in every process that runs cells (results depend on it; default: "
                      "`mebench run`'s policy, shared among the -n workers; 1 a Ray task; with --resume, the resumed cells' count)")
@@ -90,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[BENCH_KEY] = bench = BenchSession(config)
     _check_ray(config)
+    _group_seeds(config, bench.options.seeds_together)
     if not bench.is_worker:
         config.pluginmanager.register(_ResultListener(bench), "mebench-results")
         bench.gpu_warning = bench.check_gpus()  # said once, at the start (pytest_sessionstart)
@@ -101,9 +106,20 @@ def pytest_configure_node(node: object) -> None:
     node.workerinput.update(bench_session(node.config).worker_input())  # type: ignore[attr-defined]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tag cell items for the result channel; ``--resume`` skips complete cells."""
-    bench_session(config).tag_items(items)
+    """Tag cell items for the result channel; ``--resume`` skips complete cells; ``--seeds-together``
+    puts the seed cells of one condition in one xdist group."""
+    bench = bench_session(config)
+    bench.tag_items(items)
+    if bench.options.seeds_together:
+        from mebench.harness.seedgroups import condition_of
+        from mebench.harness.session import _cell_of
+
+        for item in items:
+            cell = _cell_of(item)
+            if cell is not None:
+                item.add_marker(pytest.mark.xdist_group(condition_of(cell)))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -179,6 +195,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         terminalreporter.write_sep("=", "mebench results")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def _group_seeds(config: pytest.Config, on: bool) -> None:
+    """``--seeds-together`` under ``-n``: pytest-xdist must keep a group's cells on one worker (loadgroup)."""
+    opt = config.option
+    if on and hasattr(config, "workerinput"):  # a worker parses the command line itself: its items get the suffix
+        opt.loadgroup = True                    # by which the controller's loadgroup scheduler groups them
+    if not on or not getattr(opt, "numprocesses", None) or hasattr(config, "workerinput"):
+        return
+    dist = getattr(opt, "dist", "no")
+    if dist in ("no", "load"):
+        opt.dist = "loadgroup"
+    elif dist != "loadgroup":
+        raise pytest.UsageError(f"--seeds-together runs the seed cells of a condition in one process: it needs "
+                                f"--dist loadgroup (the default it sets), not --dist {dist}")
+    if getattr(opt, "mebench_ray", None):
+        raise pytest.UsageError("--seeds-together groups cells in one pytest process: not with --ray")
 
 
 def _check_ray(config: pytest.Config) -> None:

@@ -88,6 +88,7 @@ class BenchOptions:
     runs_dir: Optional[Path] = None
     transfer: bool = False
     named: bool = True  # the configs were named with --mebench-config (not the default set)
+    seeds_together: bool = False  # --seeds-together, resolved for the device (mebench.harness.seedgroups)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "BenchOptions":
@@ -125,7 +126,17 @@ class BenchOptions:
                    budgets=opt.mebench_budgets, seeds=opt.mebench_seeds, resume=resume,
                    transfer=bool(getattr(opt, "mebench_transfer", False)), named=bool(opt.mebench_config),
                    threads=threads, progress_s=float(opt.mebench_progress),
-                   resumed_from=resumed_from, overwrite=overwrite, keep_stale=keep_stale, runs_dir=root / RUNS_DIR)
+                   resumed_from=resumed_from, overwrite=overwrite, keep_stale=keep_stale, runs_dir=root / RUNS_DIR,
+                   seeds_together=_seeds_together(getattr(opt, "mebench_seeds_together", "auto"), gpus))
+
+
+def _seeds_together(choice: str, gpus: Any) -> bool:
+    """``--seeds-together``: on, off, or (auto) the measured default of the device type the cells use."""
+    if choice != "auto":
+        return choice == "on"
+    from mebench.training.spec import seeds_together_default
+
+    return seeds_together_default("cuda" if gpus is not None else "cpu")
 
 
 def _resumed_threads(resume: bool, cells_dir: Optional[Path]) -> Optional[int]:
@@ -526,7 +537,8 @@ class BenchSession:
         cell_id = props.get(CELL_ID_KEY)
         record = props.get(RECORD_KEY)
         if cell_id is None and _crashed(report):  # pytest-xdist's report of a worker that died mid-cell
-            cell_id = report.nodeid.rsplit("[", 1)[-1].rstrip("]") if report.nodeid.endswith("]") else None
+            nodeid = re.sub(r"@[^\]]*$", "", report.nodeid)  # --dist loadgroup appends "@<group>"
+            cell_id = nodeid.rsplit("[", 1)[-1].rstrip("]") if nodeid.endswith("]") else None
         if cell_id is None:
             return
         if _crashed(report):

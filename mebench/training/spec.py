@@ -46,3 +46,16 @@ class FastSpec:
 
 
 FAST_OPTIONS = ("channels_last", "bf16")
+
+
+#: ``--seeds-together auto`` per device type: whether stacking the seeds was measured faster than one
+#: by one. CPU: measured slower (results/perf/bench/seeds_together.json); CUDA: no committed record yet
+#: (benchmarks/gpu/check.sh). Torch-free, so the pytest plugin reads it without importing torch.
+SEEDS_TOGETHER_DEFAULT: dict[str, bool] = {"cpu": False, "cuda": False}
+
+
+def seeds_together_default(device: object) -> bool:
+    """Whether a run on ``device`` (``cpu``, ``cuda``, ``cuda:1``, a ``torch.device``) trains its seeds together
+    unless told."""
+    kind = getattr(device, "type", None) or str(device).split(":")[0]
+    return SEEDS_TOGETHER_DEFAULT.get(kind, False)
