@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _copy_checkout(tmp_path: Path, only: str | None = None) -> Path:
-    """README.md, docs/ and results/ of this checkout in a temporary folder (the generator's inputs);
+    """README.md, docs/, results/ and studies/ of this checkout in a temporary folder (the generator's inputs);
     with ``only``, just that result set and the pages whose blocks are all fed by it, so a test about
     one set renders one report instead of every set's."""
     root = tmp_path / "checkout"
@@ -28,6 +28,7 @@ def _copy_checkout(tmp_path: Path, only: str | None = None) -> Path:
         shutil.copy2(ROOT / "README.md", root / "README.md")
         shutil.copytree(ROOT / "docs", root / "docs")
         shutil.copytree(ROOT / "results", root / "results")
+        shutil.copytree(ROOT / "studies", root / "studies")
         return root
     for page in docs.target_pages(ROOT):
         sets = {m["set"] for m in docs.BEGIN_RE.finditer(page.read_text(encoding="utf-8"))}
@@ -35,6 +36,8 @@ def _copy_checkout(tmp_path: Path, only: str | None = None) -> Path:
             (root / page.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(page, root / page.relative_to(ROOT))
     shutil.copytree(ROOT / "results" / only, root / "results" / only)
+    if (ROOT / "studies" / only).is_dir():
+        shutil.copytree(ROOT / "studies" / only, root / "studies" / only)
     return root
 
 
@@ -167,3 +170,13 @@ def test_summaries_are_read_from_complete_runs_only(tmp_path):
         if metrics is not None:
             (d / "metrics.csv").write_text(metrics)
     assert len(docs.record_summaries(tmp_path)) == 1
+
+
+# results/ holds records only: the scripts that made or summarise a set live in studies/<set>/ and none
+# imports a test (issue 55).
+def test_results_hold_data_and_studies_import_no_test():
+    root = Path(__file__).resolve().parents[1]
+    assert not sorted((root / "results").rglob("*.py"))
+    for script in (root / "studies").rglob("*.py"):
+        text = script.read_text()
+        assert "contract_tests" not in text.replace("contract_tests/", ""), script

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "benchmarks" / "gpu" / "check.sh"
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-sys.path.insert(0, str(ROOT / "results" / "perf"))
+sys.path.insert(0, str(ROOT / "studies" / "perf"))
 
 import record  # noqa: E402
 import summarize  # noqa: E402

@@ -3,8 +3,8 @@ docs/defenses/detection_benchmark.md; issue 38).
 
 ``mebench.defenses.prada.Prada`` ranks distances by the matrix-product form and runs the direct
 form only on the candidate pairs, keeps its lists in preallocated vectors and runs the tests that
-fall inside a batch after the batch's distances. ``Sequential`` below is mebench's implementation
-before that change (commit 689e2ee): one direct ``cdist`` of every batch query against the whole
+fall inside a batch after the batch's distances. ``Sequential`` (``mebench.defenses.prada.PradaSequential``) is mebench's
+implementation before that change (commit 689e2ee): one direct ``cdist`` of every batch query against the whole
 growing set, distances appended and tested query by query. On random streams (clusters, exact and
 near-exact repeats, JbDA-like steps, random batch sizes, the reference and the legacy options) the
 two must agree bit for bit: every test's query and W, every distance, T_c, G_c, the flag after
@@ -23,71 +23,7 @@ import torch
 
 from test_prada_reference import reference_rule  # contract_tests/ is on sys.path (rootdir import mode)
 from mebench.defenses.detection import shapiro_wilk_w
-from mebench.defenses.prada import LEGACY, Prada, _distances
-
-
-class Sequential(Prada):
-    """The rule as mebench ran it before the batched scoring (query by query on one direct cdist)."""
-
-    def __init__(self, params: Any, generator: torch.Generator, state: Any = None) -> None:
-        super().__init__(params, generator, state)
-        self.growing_seq: dict[int, torch.Tensor] = {}
-        self.growing_d: dict[int, list[float]] = {}
-        self.class_seq: dict[int, list[float]] = {}
-        self.dist_seq: list[float] = []
-
-    def observe(self, x: torch.Tensor, probs: torch.Tensor) -> None:
-        flat = x.reshape(x.shape[0], -1).to(torch.float64).cpu()
-        classes = probs.argmax(dim=1).cpu()
-        d = np.full(x.shape[0], np.nan)
-        for c in classes.unique().tolist():
-            idx = (classes == c).nonzero().flatten()
-            d[idx.numpy()] = self._seq_distances(int(c), flat[idx])
-        for c, value in zip(classes.tolist(), d.tolist()):
-            self.queries_seen += 1
-            if not math.isnan(value):
-                self.class_seq.setdefault(c, []).append(value)
-                self.dist_seq.append(value)
-            if (self.queries_seen - 1) % self.params.test_every == 0:
-                self._seq_test()
-
-    def _seq_test(self) -> None:
-        lists = [v for v in self.class_seq.values() if len(v) >= self.params.min_class_distances]
-        values = np.concatenate([np.asarray(v) for v in lists]) if lists else np.empty(0)
-        if self.params.outlier_sigma is not None and values.size:
-            values = values[np.abs(values - values.mean()) < self.params.outlier_sigma * values.std()]
-        if values.size <= self.params.min_distances:
-            return
-        w = shapiro_wilk_w(values)
-        self.tests.append((self.queries_seen, w))
-        self.raise_score(1.0 - w)
-        self.flag = w < self.params.delta or (self.flag and self.params.flag == "first")
-        if self.flag and self.flagged_at is None:
-            self.flagged_at = self.queries_seen
-
-    def _seq_distances(self, c: int, q: torch.Tensor) -> np.ndarray:
-        old = self.growing_seq.get(c, q[:0])
-        to_old = _distances(q, old).min(dim=1).values.numpy() if old.shape[0] else np.full(q.shape[0], np.inf)
-        within = _distances(q, q).numpy()
-        joined: list[int] = []
-        out = np.empty(q.shape[0])
-        dg = self.growing_d.setdefault(c, [0.0] if self.params.growing_start == "zero" else [])
-        t = self.threshold.get(c, 0.0)
-        for i in range(q.shape[0]):
-            d = min(to_old[i], within[i, joined].min()) if joined else to_old[i]
-            if not math.isfinite(d):
-                out[i] = np.nan
-                joined.append(i)
-                continue
-            out[i] = d
-            if d > t:
-                joined.append(i)
-                dg.append(float(d))
-                t = max(t, float(np.mean(dg) - np.std(dg)))
-        self.threshold[c] = t
-        if joined:
-            self.growing_seq[c] = torch.cat([old, q[joined]])
-        return out
+from mebench.defenses.prada import LEGACY, Prada, PradaSequential as Sequential
 
 
 def _stream(seed: int, n: int, dim: int) -> tuple[np.ndarray, np.ndarray]:

@@ -176,16 +176,19 @@ def _first_table(lines: list[str]) -> list[str]:
 
 
 SET_TABLES = "summarize.py"
-"""A result set may carry this script with ``tables(set_dir) -> {file name: Markdown}``: tables the
-report does not draw (a paired before -> after of two rules, say), computed from the set's records
-each time the pages are regenerated, so they are checked like the report's and never pasted."""
+STUDIES = "studies"
+"""A result set ``results/<set>`` may have a study script ``studies/<set>/summarize.py`` with
+``tables(set_dir) -> {file name: Markdown}``: tables the report does not draw (a paired before -> after
+of two rules, say), computed from the set's records each time the pages are regenerated, so they are
+checked like the report's and never pasted. ``results/`` holds records only; the scripts that made
+or summarise a set live under ``studies/<set>/``."""
 
 
 def set_tables(set_dir: Path) -> dict[str, str]:
-    """The tables of ``set_dir``'s own ``summarize.py`` (none when it has no such script)."""
+    """The tables of the set's study script ``studies/<set>/summarize.py`` (none when it has none)."""
     import importlib.util
 
-    script = set_dir / SET_TABLES
+    script = set_dir.parent.parent / STUDIES / set_dir.name / SET_TABLES
     if not script.is_file():
         return {}
     spec = importlib.util.spec_from_file_location(f"mebench_results_{set_dir.name.replace('-', '_')}", script)
@@ -212,7 +215,7 @@ def render_set(root: Path, set_name: str, out: Path) -> dict[str, str]:
     own = set_tables(set_dir)
     clash = sorted(set(own) & set(reports))
     if clash:
-        raise ValueError(f"{RESULTS}/{set_name}/{SET_TABLES}: its tables {clash} have the names of report files")
+        raise ValueError(f"{STUDIES}/{set_name}/{SET_TABLES}: its tables {clash} have the names of report files")
     return {**reports, **own}
 
 

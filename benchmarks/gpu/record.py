@@ -3,7 +3,7 @@
     python benchmarks/gpu/record.py OUT                          # writes OUT/record.json
     python benchmarks/gpu/record.py OUT --into results/perf/gpu  # and copies it to results/perf/gpu/<device>/
 
-It keeps what the performance page's GPU table shows (``results/perf/summarize.py``): the card, torch
+It keeps what the performance page's GPU table shows (``studies/perf/summarize.py``): the card, torch
 and code identity; each stage's exit status and wall time; every step timing of
 ``benchmarks/perf/test_gpu_step_perf.py``; the grid's pytest time and verdicts; the Random 1M cell's
 wall time, timings and how its Track A stepped; the victim build. Nothing is computed here that the

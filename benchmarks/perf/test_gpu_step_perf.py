@@ -3,7 +3,7 @@ same run (pytest-benchmark; ``benchmarks/gpu/check.sh`` runs it and keeps the JS
 
 LeNet-5, MNIST-shaped D_B of B = 10,000 already on the device, S(B) = 2,000 steps at batch 128,
 KL loss, SGD (momentum 0.9, weight decay 5e-4, cosine schedule). Every case stores
-``ms_per_seed_step`` in ``extra_info`` (``results/perf/summarize.py`` makes the table):
+``ms_per_seed_step`` in ``extra_info`` (``studies/perf/summarize.py`` makes the table):
 
 - ``bare_eager`` / ``bare_graphed``: a hand-written loop, and the same step captured once as a CUDA
   graph (the reference figures of what the card does);

@@ -14,7 +14,7 @@ own, however busy the machine is. ``MEBENCH_PERF_THREADS=1`` limits the thread c
 images (the oracle and a bare forward pass) and, per registered attack, one smoke run (257
 queries on SYNTH, ``mebench.testing.smoke_run``) with its FLOPs per query.
 
-Everything lands in ``extra_info`` (``--benchmark-json``; ``results/perf/summarize.py`` reads
+Everything lands in ``extra_info`` (``--benchmark-json``; ``studies/perf/summarize.py`` reads
 it). Track A's ``torch.compile`` (inductor) is measured only with ``MEBENCH_PERF_COMPILE=1``
 (its compilation takes a minute on a busy CPU).
 

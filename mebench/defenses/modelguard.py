@@ -120,7 +120,7 @@ class Codebook:
 
     dtype = torch.float64
     """Precision of the centroids and distances (the reference's float32 is a measured deviation,
-    ``results/modelguard/deviations.py``)."""
+    ``studies/modelguard/deviations.py``)."""
 
     def __init__(self, num_classes: int, epsilon: float, norm: int) -> None:
         self.epsilon, self.norm = epsilon, norm

@@ -306,3 +306,70 @@ class _Values:
         mean = np.add.reduce(v) / n
         dev = v - mean
         return float(mean - np.sqrt(np.add.reduce(dev * dev) / n))
+
+
+class PradaSequential(Prada):
+    """The rule as mebench ran it before the batched scoring (commit 689e2ee): one direct ``cdist`` of every
+    batch query against the whole growing set, distances appended and tested query by query. Not a defense of
+    the registry: the reference the batched scoring is tested against bit for bit
+    (``contract_tests/test_prada_fast.py``) and timed against (``studies/detect/prada_speed.py``)."""
+
+    def __init__(self, params: Any, generator: torch.Generator, state: Any = None) -> None:
+        super().__init__(params, generator, state)
+        self.growing_seq: dict[int, torch.Tensor] = {}
+        self.growing_d: dict[int, list[float]] = {}
+        self.class_seq: dict[int, list[float]] = {}
+        self.dist_seq: list[float] = []
+
+    def observe(self, x: torch.Tensor, probs: torch.Tensor) -> None:
+        flat = x.reshape(x.shape[0], -1).to(torch.float64).cpu()
+        classes = probs.argmax(dim=1).cpu()
+        d = np.full(x.shape[0], np.nan)
+        for c in classes.unique().tolist():
+            idx = (classes == c).nonzero().flatten()
+            d[idx.numpy()] = self._seq_distances(int(c), flat[idx])
+        for c, value in zip(classes.tolist(), d.tolist()):
+            self.queries_seen += 1
+            if not math.isnan(value):
+                self.class_seq.setdefault(c, []).append(value)
+                self.dist_seq.append(value)
+            if (self.queries_seen - 1) % self.params.test_every == 0:
+                self._seq_test()
+
+    def _seq_test(self) -> None:
+        lists = [v for v in self.class_seq.values() if len(v) >= self.params.min_class_distances]
+        values = np.concatenate([np.asarray(v) for v in lists]) if lists else np.empty(0)
+        if self.params.outlier_sigma is not None and values.size:
+            values = values[np.abs(values - values.mean()) < self.params.outlier_sigma * values.std()]
+        if values.size <= self.params.min_distances:
+            return
+        w = shapiro_wilk_w(values)
+        self.tests.append((self.queries_seen, w))
+        self.raise_score(1.0 - w)
+        self.flag = w < self.params.delta or (self.flag and self.params.flag == "first")
+        if self.flag and self.flagged_at is None:
+            self.flagged_at = self.queries_seen
+
+    def _seq_distances(self, c: int, q: torch.Tensor) -> np.ndarray:
+        old = self.growing_seq.get(c, q[:0])
+        to_old = _distances(q, old).min(dim=1).values.numpy() if old.shape[0] else np.full(q.shape[0], np.inf)
+        within = _distances(q, q).numpy()
+        joined: list[int] = []
+        out = np.empty(q.shape[0])
+        dg = self.growing_d.setdefault(c, [0.0] if self.params.growing_start == "zero" else [])
+        t = self.threshold.get(c, 0.0)
+        for i in range(q.shape[0]):
+            d = min(to_old[i], within[i, joined].min()) if joined else to_old[i]
+            if not math.isfinite(d):
+                out[i] = np.nan
+                joined.append(i)
+                continue
+            out[i] = d
+            if d > t:
+                joined.append(i)
+                dg.append(float(d))
+                t = max(t, float(np.mean(dg) - np.std(dg)))
+        self.threshold[c] = t
+        if joined:
+            self.growing_seq[c] = torch.cat([old, q[joined]])
+        return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "cost"  # the set's records (this script lives in studies/)
 
 
 def records(set_dir: Path = HERE) -> list[dict]:

@@ -1,8 +1,8 @@
 """Time one command and record it beside the cost estimate for what it runs (issue 40).
 
-    python results/cost/timed.py NAME [--workers N] -- mebench run CONFIG [--seeds ..] [--budgets ..] [--threads N]
-    python results/cost/timed.py NAME -- pytest benchmarks/ --mebench-config GRID -k ... --budgets ...
-    python results/cost/timed.py NAME --time-log LOG --load-log LOAD -- mebench run ...   # already ran
+    python studies/cost/timed.py NAME [--workers N] -- mebench run CONFIG [--seeds ..] [--budgets ..] [--threads N]
+    python studies/cost/timed.py NAME -- pytest benchmarks/ --mebench-config GRID -k ... --budgets ...
+    python studies/cost/timed.py NAME --time-log LOG --load-log LOAD -- mebench run ...   # already ran
 
 The last form records a command that already ran under ``/usr/bin/time -v`` (its log gives the wall
 time) while ``LOAD`` collected ``<unix time> <1-min load>`` lines (``while :; do echo "$(date +%s)
@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "cost"  # the set's records (this script lives in studies/)
 
 
 def load() -> float:

@@ -6,7 +6,7 @@ seed-runs under ``results/perf/runs/`` (one MNIST Random cell at its default and
 ``substitute.trackA.fast.channels_last``; a ``--seeds-together on`` run is shown when present), and gives
 ``mebench docs`` its tables (``tables``), so no number on the page is typed.
 
-    python results/perf/summarize.py     # prints the tables
+    python studies/perf/summarize.py     # prints the tables
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any, Iterable
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "perf"  # the set's records (this script lives in studies/)
 VARIANT_NAMES = {"bare": "bare PyTorch loop", "before": "mebench before (per-parameter SGD, nn.MaxPool2d)",
                  "mebench": "mebench default (multi-tensor SGD, fast pooling)", "channels_last": "mebench, fast.channels_last",
                  "bf16": "mebench, fast.bf16", "channels_last+bf16": "mebench, fast.channels_last + fast.bf16",

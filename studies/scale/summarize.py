@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "scale"  # the set's records (this script lives in studies/)
 #: run folder (the config's run name) -> the timing record under results/cost/logs/
 RECORDS = {"mnist_lenet5_random_seed_1m": "random_seed_1m", "mnist_lenet5_dfme_1m": "dfme_1m",
            "mnist_lenet5_random_seed_100k": "random_seed_100k", "mnist_lenet5_dfme_100k": "dfme_100k"}

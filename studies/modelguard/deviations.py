@@ -16,7 +16,7 @@ grid's attacker pool (the other dataset's test split, in a seeded order):
 
 Writes ``deviations.json`` next to this file:
 
-    python results/modelguard/deviations.py
+    python studies/modelguard/deviations.py
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from mebench.defenses import modelguard
 from mebench.defenses.modelguard import LOG_FLOOR, Codebook, modelguard_w_lp
 from mebench.models.registry import MODELS, Normalized
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "modelguard"  # the set's records (this script lives in studies/)
 ROOT = HERE.parents[1]
 VICTIMS = {"mnist_lenet5": ("MNIST", "FashionMNIST"), "fashionmnist_lenet5": ("FashionMNIST", "MNIST")}
 EPSILON = 1.0  # both defenses' reference value

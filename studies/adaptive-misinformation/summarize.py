@@ -30,7 +30,7 @@ import numpy as np
 from mebench.report.document import fmt_gain, fmt_mean_std
 from mebench.report.stats import paired_bootstrap_ci
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "adaptive-misinformation"  # the set's records (this script lives in studies/)
 BUDGETS = (1000, 10000)
 
 # (dataset, victim kind, record folder, victim_id, defended label, AM recipe as it ran)

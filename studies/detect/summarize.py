@@ -12,7 +12,7 @@
   benign clients (``prada_speed.py``): seconds per client in alternating rounds, and whether every
   client's record is identical.
 
-    python results/detect/summarize.py      # prints the tables
+    python studies/detect/summarize.py      # prints the tables
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "detect"  # the set's records (this script lives in studies/)
 FPRS = (0.01, 0.001)
 
 

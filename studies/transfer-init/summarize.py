@@ -7,7 +7,7 @@ Every Track A model of the set is one point: per seed folder, Track A at its fix
 input-gradient cosine with the victim) the table gives Spearman's rank correlation with PGD
 success at each measured ε, over all models and per attack, with the number of models.
 
-    python results/transfer-init/summarize.py     # prints the table
+    python studies/transfer-init/summarize.py     # prints the table
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "transfer-init"  # the set's records (this script lives in studies/)
 PREDICTORS = {"agreement": "test agreement", "agreement_uniform_noise": "agreement, uniform noise",
               "agreement_untrained_generator": "agreement, untrained generator", "grad_cosine": "gradient cosine"}
 

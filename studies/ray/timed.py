@@ -1,6 +1,6 @@
 """Time one grid command on a local Ray cluster of N one-CPU nodes and record it (issue 37).
 
-    python results/ray/timed.py NAME --nodes N -- pytest benchmarks/ --mebench-config GRID -k ... --budgets ...
+    python studies/ray/timed.py NAME --nodes N -- pytest benchmarks/ --mebench-config GRID -k ... --budgets ...
 
 The cluster is Ray's own ``cluster_utils.Cluster`` on this machine: a head without CPUs and N
 worker nodes with one CPU each (as ``ray start --head --num-cpus 0`` plus N ``ray start --address
@@ -25,7 +25,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "ray"  # the set's records (this script lives in studies/)
 
 
 def load() -> float:

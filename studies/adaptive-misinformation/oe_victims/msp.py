@@ -7,7 +7,7 @@ split) whose MSP is at least τ (0.99, the reference's value, and 0.9 / 0.7), th
 10,000 images of each synthetic outlier source (a seed the victims never saw), and the AUROC of
 MSP separating the own test split (positive) from the pool's. Writes ``msp.json`` next to this file.
 
-    python results/adaptive-misinformation/oe_victims/msp.py
+    python studies/adaptive-misinformation/oe_victims/msp.py
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from mebench.data.profiles import get_profile
 from mebench.defenses.outliers import OUTLIER_SEED, synthetic_blobs, synthetic_strokes
 from mebench.models.registry import MODELS, Normalized
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[3] / "results" / "adaptive-misinformation/oe_victims"  # the set's records (this script lives in studies/)
 ROOT = HERE.parents[2]
 VICTIMS = {"mnist_lenet5": ("MNIST", "FashionMNIST"), "mnist_lenet5_oe": ("MNIST", "FashionMNIST"),
            "fashionmnist_lenet5": ("FashionMNIST", "MNIST"), "fashionmnist_lenet5_oe": ("FashionMNIST", "MNIST")}

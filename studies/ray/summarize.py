@@ -7,14 +7,14 @@ per-cell time (``cell_s``: the cell's own work, without Ray's scheduling) and th
 1-minute load average while it ran next to its CPU count (load above the CPU count means the nodes
 shared the CPUs with other work, which skews the comparison).
 
-    python results/ray/summarize.py
+    python studies/ray/summarize.py
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "ray"  # the set's records (this script lives in studies/)
 
 
 def records(set_dir: Path = HERE) -> list[dict]:

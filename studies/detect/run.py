@@ -8,7 +8,7 @@ evasion (``EVASION`` shares of natural images interleaved, charged to the budget
 trained or scored. Writes ``results/detect/<dataset>/detection_bench.json``; ``mebench report
 results/detect`` reads it.
 
-    nice -n 10 python results/detect/run.py --max-seeds activethief_kcenter_fast=3 \
+    nice -n 10 python studies/detect/run.py --max-seeds activethief_kcenter_fast=3 \
         configs/benchmarks/detect/fashionmnist_detect.yaml configs/benchmarks/detect/mnist_detect.yaml
 """
 
@@ -37,7 +37,7 @@ from mebench.seeding import derive_seed, seed_everything
 from mebench.state import EngineState
 from mebench.world import defense_for
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "detect"  # the set's records (this script lives in studies/)
 TRAFFIC = TrafficParams()
 EVASION = (0.5,)
 """PRADA's evasion: the share of the budget spent on interleaved natural images."""
@@ -173,4 +173,4 @@ if __name__ == "__main__":
         label, n = args[1].split("=")
         caps[label], args = int(n), args[2:]
     for p in args:
-        run(p, [0] if HERE != Path(__file__).parent else None, caps)
+        run(p, [0] if HERE != Path(__file__).resolve().parents[2] / "results" / "detect" else None, caps)

@@ -1,14 +1,14 @@
 """PRADA's batched scoring against the query-by-query implementation it replaced, on the detection
 benchmark's own benign clients (docs/defenses/detection_benchmark.md; issue 38).
 
-The first ``N`` benign clients of the MNIST traffic (``results/detect/run.py``: same sources, answers
+The first ``N`` benign clients of the MNIST traffic (``studies/detect/run.py``: same sources, answers
 and seed) are scored by ``mebench.defenses.prada.Prada`` and by ``Sequential``
 (``contract_tests/test_prada_fast.py``: the implementation before the batched scoring), in
 alternating rounds on the same process and thread, so both meet the same machine load. Each
 client's record (score, flag, query at detection) must be identical. Writes
 ``results/detect/prada_speed.json``.
 
-    nice -n 10 python results/detect/prada_speed.py [N] [ROUNDS]
+    nice -n 10 python studies/detect/prada_speed.py [N] [ROUNDS]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from contract_tests.test_prada_fast import Sequential
+from mebench.defenses.prada import PradaSequential as Sequential
 from mebench import engine
 from mebench.artifacts import atomic_write_text
 from mebench.benign_traffic import traffic
@@ -34,12 +34,12 @@ from mebench.harness.grid import load_grid
 from mebench.identity import code_identity
 from mebench.inference import chunked
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "detect"  # the set's records (this script lives in studies/)
 CONFIG = "configs/benchmarks/detect/mnist_detect.yaml"
 
 
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("detect_run", HERE / "run.py")
+    spec = importlib.util.spec_from_file_location("detect_run", Path(__file__).with_name("run.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -12,7 +12,7 @@ Each is paired (same seed, same stream: PRADA changes no answer, so both rules w
 queries) and the difference after - before has a 95 % bootstrap interval (2,000 resamples of the
 pairs; with 3 attack streams per cell it is descriptive).
 
-    python results/prada/summarize.py
+    python studies/prada/summarize.py
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from mebench.artifacts import atomic_write_text
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[2] / "results" / "prada"  # the set's records (this script lives in studies/)
 RULES = {"prada": "after", "prada_legacy": "before"}
 
 

@@ -8,7 +8,7 @@ reference rule, the older rule (``LEGACY``), and the reference with one older op
 run's benign streams (``metrics.benign_streams`` seeded orders of each test split, as
 ``engine.detection_record`` builds them) are fed to a fresh detector of each variant.
 
-    python results/prada/deviations.py configs/benchmarks/prada/mnist_prada.yaml configs/benchmarks/prada/fashionmnist_prada.yaml
+    python studies/prada/deviations.py configs/benchmarks/prada/mnist_prada.yaml configs/benchmarks/prada/fashionmnist_prada.yaml
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main(paths: list[str]) -> None:
             if cell.seed not in {b["seed"] for b in rec["benign"]}:
                 rec["benign"] += benign(cell, prep)
         out["datasets"][cells[0].cfg.dataset.name] = rec
-    artifacts.atomic_write_text(Path(__file__).with_name("deviations.json"), json.dumps(out, indent=1) + "\n")
+    artifacts.atomic_write_text(HERE / "deviations.json", json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":
