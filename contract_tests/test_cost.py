@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mebench.harness.cost import DEFENSE_FORWARDS, DETECTOR_FORWARDS, estimate
+from mebench.defenses import DEFENSES
+from mebench.harness.cost import estimate
+
+DETECTOR_FORWARDS = {"prada": DEFENSES.get("prada").cost(DEFENSES.get("prada").Params(), 0).answer_forwards}
+DEFENSE_FORWARDS = {"grad2": DEFENSES.get("grad2").cost(DEFENSES.get("grad2").Params(), 0).answer_forwards}
 
 REPO = Path(__file__).resolve().parents[1]
 #: Fake step times: one SGD step of 128 images 0.128 s (1 ms an image), one forward 0.1 ms an image.
@@ -237,3 +241,16 @@ def test_a_cached_reference_ensemble_is_not_charged_again(make_cfg, one_thread, 
     two = make_cfg(budget={"max_budget": 120, "checkpoints": [60, 120]},
                    measure={"transfer": {"methods": ["fgsm"], "images": 16, "eps": [0.2], "references": 2}})
     assert phases(two, reference_cached=None)["transfer_reference"] > 0
+
+
+# issue 55: a defense declares its cost (Defense.cost) as an attack declares training_cost; the
+# estimate names no defense.
+def test_the_estimate_names_no_defense():
+    from pathlib import Path
+
+    import mebench.harness.cost as cost
+
+    source = Path(cost.__file__).read_text()
+    for name in DEFENSES.names():
+        if name != "none":
+            assert f'"{name}"' not in source and f"'{name}'" not in source, name

@@ -38,6 +38,25 @@ class DefenseContext:
     victim_checkpoint: Optional[str] = None  # the victim's checkpoint path (victim.checkpoint_ref), for files beside it
 
 
+@dataclass(frozen=True)
+class DefenseCost:
+    """What a defense costs beyond the victim's own answer, for ``mebench.harness.cost``'s estimate.
+
+    ``answer_forwards``: extra work per answered image, in victim forwards (a second model's
+    forward, a detector's distances, a Jacobian-vector product); ``fit_steps``: SGD steps at batch
+    128 of the defender's own model fit, once per process and parameters."""
+
+    answer_forwards: float = 0.0
+    fit_steps: int = 0
+
+
+def fit_steps(epochs: float, images: int, batch_size: int, factor: int = 1) -> int:
+    """``epochs`` over ``images`` at ``batch_size`` (``factor`` times the images, e.g. outlier exposure's),
+    counted in batch-128 steps."""
+    steps = round(epochs * images / batch_size)
+    return round(steps * batch_size / 128 * factor)
+
+
 class Defense(AnswerTransform):
     """Base class: set ``name``, ``paper``, ``space``, ``Params``; implement ``apply``.
 
@@ -79,6 +98,12 @@ class Defense(AnswerTransform):
         None (the default): fitted anew in each process. The victim, data, device, threads and code
         identity join the key there."""
         return None
+
+    @classmethod
+    def cost(cls, params: Any, train_size: int) -> DefenseCost:
+        """Its cost beyond the victim's answer (``train_size``: the victim's train split), as an attack
+        declares ``training_cost``; default none."""
+        return DefenseCost()
 
     @classmethod
     def modes(cls, params: Any) -> frozenset[str]:

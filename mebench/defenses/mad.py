@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from mebench.defenses.base import DEFENDER_SEED, Defense, DefenseContext, register_defense
+from mebench.defenses.base import DEFENDER_SEED, Defense, DefenseContext, DefenseCost, register_defense
 from mebench.errors import ConfigError
 
 YDISTS = ("l1", "l2")
@@ -32,6 +32,11 @@ class Mad(Defense):
         epsilon: float = 1.0
         ydist: str = "l1"
         argmax: bool = False
+
+    @classmethod
+    def cost(cls, params: Any, train_size: int) -> DefenseCost:
+        """One more forward per answer: the surrogate whose gradient the perturbation follows."""
+        return DefenseCost(answer_forwards=1.0)
 
     @classmethod
     def modes(cls, params: Any) -> frozenset[str]:

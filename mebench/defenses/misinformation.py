@@ -47,7 +47,7 @@ from typing import Any, Optional
 
 import torch
 
-from mebench.defenses.base import DEFENDER_SEED, DefenseContext, Defense, register_defense
+from mebench.defenses.base import DEFENDER_SEED, DefenseContext, Defense, DefenseCost, fit_steps, register_defense
 from mebench.defenses.outliers import (NO_OUTLIERS, OUTLIER_SEED, SYNTHETIC_SOURCES, check_outlier_source,
                                        outlier_images, victim_top_class)
 from mebench.errors import ConfigError, DivergenceError
@@ -168,6 +168,14 @@ class AdaptiveMisinformation(Defense):
             for key, value in RECIPES[self.recipe].items():
                 if getattr(self, key) is None:
                     object.__setattr__(self, key, value)
+
+    @classmethod
+    def cost(cls, params: Any, train_size: int) -> DefenseCost:
+        """One more forward per answer (the misinformation model) and its fit: ``epochs`` over the train
+        split, twice the images with outlier exposure."""
+        outliers = getattr(params, "outlier_source", "none") != "none"
+        return DefenseCost(answer_forwards=1.0, fit_steps=fit_steps(params.epochs, train_size, params.batch_size,
+                                                                    2 if outliers else 1))
 
     @classmethod
     def check_params(cls, params, output_mode) -> None:

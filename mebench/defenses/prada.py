@@ -50,7 +50,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from mebench.defenses.base import register_defense
+from mebench.defenses.base import DefenseCost, register_defense
 from mebench.defenses.detection import Detector, shapiro_wilk_w
 from mebench.errors import ConfigError
 
@@ -75,6 +75,13 @@ class Prada(Detector):
         outlier_sigma: Optional[float] = 3.0  # drop values this many σ from the mean (:78); None: keep all
         test_every: int = 10                  # test before every n-th query's answer (:72)
         flag: str = "latest"                  # "latest": the latest test's flag (:82); "first": sticky
+
+    @classmethod
+    def cost(cls, params: Any, train_size: int) -> DefenseCost:
+        """Its minimum distances to the growing sets took about 8 MNIST LeNet-5 forwards an image at budgets
+        up to 10k on one thread (results/cost: the prada cell's ``detection_benign`` and ``collect``
+        timings); they grow with the sets."""
+        return DefenseCost(answer_forwards=8.0)
 
     @classmethod
     def check_params(cls, params, output_mode) -> None:

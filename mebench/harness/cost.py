@@ -4,8 +4,8 @@ Every phase that costs time is a named term, in seconds of one cell at the threa
 will use, from step times measured on this machine (``mebench.calibration``; ``T(arch)`` below is
 the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
 
-- ``queries``: ``max_budget * F(victim)``, plus a defense's extra forward per query (MAD's surrogate,
-  Adaptive Misinformation's second model) and a detector's own work (``DETECTOR_FORWARDS``);
+- ``queries``: ``max_budget * F(victim)``, plus the defense's own work per answer in victim forwards, as
+  the defense declares it (``Defense.cost``: ``answer_forwards``);
 - ``attack``: the attack's own work (``Attack.training_cost``): its training examples ``* T(model) / 128``,
   its forward-only examples ``* F(model)``, its generator examples ``* T(generator) / 128`` and DFMS's
   GAN examples; ``model`` is the substitute's architecture or the attack's own (MAZE's WRN-22-2 clone);
@@ -19,13 +19,11 @@ the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
   T(substitute)``, trained once per spec (counted once per worker in a grid); ``reference_cached=True``
   drops the term when the members come from the disk cache (``mebench.refcache``);
 - ``init_variance`` (counted in ``track_a``): ``inits`` more Track A trainings at the largest B;
-- ``defense_fit``: Adaptive Misinformation's model, ``epochs * train_size / batch_size`` steps
-  (twice the images with outlier exposure) ``* T(victim)``, and GRAD²'s surrogate, ``epochs *
-  train_size / batch_size`` steps of its data's train split ``* T(victim)`` (its architecture is the
-  victim's), once per process and parameters;
+- ``defense_fit``: the defender's own model fit, ``fit_steps * T(victim)`` as the defense declares it
+  (``Defense.cost``), once per process and parameters;
 - ``defense_utility``: the test split through the defended victim;
 - ``detection``: ``benign_streams`` benign streams of ``max_budget`` images per source through the
-  defended victim and the detector (PRADA's distances: ``DETECTOR_FORWARDS``, measured here);
+  defended victim and the detector (its declared ``answer_forwards``);
 - ``prepare``: loading data and the victim's test answers (``OVERHEAD_S`` plus the test split
   through the victim).
 
@@ -51,16 +49,6 @@ SECONDS_PER_GAN_EXAMPLE = 0.01
 LENET5_REF_STEP_S = 0.015
 #: Per-cell fixed work (loading data, building models), seconds.
 OVERHEAD_S = 2.0
-#: Defenses that pass each answer through one more model of the victim's architecture.
-EXTRA_FORWARD_DEFENSES = frozenset({"mad", "adaptive_misinformation"})
-#: A detector's own work per image it watches, in victim forwards: PRADA's minimum distances to its
-#: growing sets took about 8 MNIST LeNet-5 forwards an image at budgets up to 10k on one thread
-#: (results/cost: the prada cell's ``detection_benign`` and ``collect`` timings); it grows with the sets.
-DETECTOR_FORWARDS = {"prada": 8.0}
-#: GRAD²'s answer: a forward-mode Jacobian-vector product of the surrogate per image, about 3 victim
-#: forwards (results/adaptive: the MNIST grad2 cells' ``collect`` took 2.8 s for 10k queries against
-#: 0.7 s undefended, one thread; a LeNet-5 forward is about 0.07 ms an image there).
-DEFENSE_FORWARDS = {"grad2": 3.0}
 PHASES = ("prepare", "queries", "attack", "track_a", "track_b", "transfer", "transfer_reference",
           "defense_fit", "defense_utility", "detection")
 
@@ -173,9 +161,8 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = 
     gen = probe("generator", shape, k)["train_step_s"] if own.generator_examples else 0.0
     gan = probe("lenet5", shape, k)["train_step_s"] / LENET5_REF_STEP_S if own.gan_examples else 0.0
     d = plan.defense
-    extra = vic["forward_image_s"] * ((d.name in EXTRA_FORWARD_DEFENSES) + DETECTOR_FORWARDS.get(d.name, 0.0)
-                                      + DEFENSE_FORWARDS.get(d.name, 0.0))
-    answer = vic["forward_image_s"] + extra
+    d_cost = DEFENSES.get(d.name).cost(d.params, prof.train_size)  # declared by the defense (Defense.cost)
+    answer = vic["forward_image_s"] * (1.0 + d_cost.answer_forwards)
     n_ckpt, track_b = len(plan.checkpoints), bool(cls.has_track_b)
     s: dict[str, float] = dict.fromkeys(PHASES, 0.0)
     s["prepare"] = OVERHEAD_S + prof.test_size * vic["forward_image_s"]
@@ -213,31 +200,13 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = 
             s["transfer"] += init_variance.inits * per_model
     if d.name != "none":
         s["defense_utility"] = prof.test_size * answer
-        fit = defense_fit_steps(d, prof.train_size)
-        if fit:
-            once[("defense_fit", d.name, repr(d.params), plan.victim.victim_id)] = fit * vic["train_step_s"]
+        if d_cost.fit_steps:
+            once[("defense_fit", d.name, repr(d.params), plan.victim.victim_id)] = d_cost.fit_steps * vic["train_step_s"]
         detection = probes.get("detection")
         if detection is not None and issubclass(DEFENSES.get(d.name), Detector):
             sources = 1 + bool(detection.benign_dataset)
             s["detection"] = detection.benign_streams * sources * plan.max_budget * answer
     return s, once
-
-
-def defense_fit_steps(defense: Any, train_size: int) -> int:
-    """SGD steps (batch 128-sized) of a defense's own model fit: Adaptive Misinformation's
-    ``epochs * train_size / batch_size``, twice the images when outlier exposure is on; GRAD²'s
-    surrogate, ``epochs * n / batch_size`` over its data's train split (``train_size`` for the
-    victim's own); else 0."""
-    p = defense.params
-    if defense.name not in ("adaptive_misinformation", "grad2") or getattr(p, "epochs", None) is None:
-        return 0
-    if defense.name == "grad2" and p.surrogate_data != "victim":
-        from mebench.data.profiles import PROFILES
-
-        train_size = PROFILES.get(p.surrogate_data).train_size
-    steps = round(p.epochs * train_size / p.batch_size)
-    outliers = defense.name == "adaptive_misinformation" and getattr(p, "outlier_source", "none") != "none"
-    return round(steps * p.batch_size / 128 * (2 if outliers else 1))
 
 
 class _Probe:
