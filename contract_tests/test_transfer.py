@@ -21,7 +21,7 @@ from mebench import engine, world
 from mebench.errors import ConfigError
 from mebench.fidelity import FidelityEvaluator, uniform_noise
 from mebench.models.registry import build_model
-from mebench.transfer import TransferEvaluator, TransferSettings, _input_grad, correct_subset, fgsm, pgd
+from mebench.transfer import TransferEvaluator, TransferSettings, input_grad, correct_subset, fgsm, pgd
 from mebench.config.validation import validate
 from mebench.victims.wrapper import FrozenVictim
 
@@ -40,7 +40,7 @@ def test_fgsm_is_one_signed_gradient_step(eps, seed):
     y = torch.randint(0, 4, (16,), generator=g)
     model = _model()
     adv = fgsm(model, x, y, eps)
-    torch.testing.assert_close(adv, x + eps * _input_grad(model, x, y).sign())
+    torch.testing.assert_close(adv, x + eps * input_grad(model, x, y).sign())
 
 
 @given(eps=st.floats(0.0, 0.5), steps=st.integers(0, 6), alpha=st.floats(0.001, 0.3), seed=st.integers(0, 10))

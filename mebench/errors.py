@@ -107,3 +107,11 @@ class RunTooLarge(MebenchError):
 
 class RunFolderBusy(MebenchError):
     """Another mebench process is running in this run folder (a second ``--resume`` of it)."""
+
+
+class GridError(Exception):
+    """A benchmark config cannot be expanded into a grid (``mebench.harness.grid``)."""
+
+
+class UntrainedVictims(GridError):
+    """A benchmark config has no cell to run because none of its victims is trained."""

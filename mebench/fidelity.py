@@ -61,9 +61,9 @@ def untrained_generator_images(n: int, shape: tuple[int, int, int], seed: int,
 
 def input_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500) -> torch.Tensor:
     """∇ₓ CE(model(x), y) per image, flattened to ``[N, D]`` (batched; the model's mode is kept)."""
-    from mebench.transfer import _input_grad
+    from mebench.transfer import input_grad
 
-    return torch.cat([_input_grad(model, x[i:i + batch_size], y[i:i + batch_size]).flatten(1)
+    return torch.cat([input_grad(model, x[i:i + batch_size], y[i:i + batch_size]).flatten(1)
                       for i in range(0, int(x.shape[0]), batch_size)])
 
 

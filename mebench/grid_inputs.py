@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from mebench.harness.grid import Cell, Grid, GridError, UntrainedVictims
+from mebench.errors import GridError, UntrainedVictims
+
+if TYPE_CHECKING:
+    from mebench.harness.grid import Cell, Grid
 
 
 def check_inputs(grid: Grid) -> None:

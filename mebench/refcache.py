@@ -80,7 +80,7 @@ def load_or_train(spec: TrackASpec, device: torch.device | str, x: torch.Tensor,
     return model.eval()
 
 
-def _victim_recipe(checkpoint_ref: str) -> Optional[dict[str, Any]]:
+def victim_recipe(checkpoint_ref: str) -> Optional[dict[str, Any]]:
     """The ``recipe`` of the victim's ``PATH.json``, if it records one."""
     side = Path(checkpoint_ref).with_suffix(".json")
     try:
@@ -116,7 +116,7 @@ def reference_specs(base: TrackASpec, k: int, checkpoint_ref: Optional[str], tra
                     victim_seed: Optional[int] = None) -> list[TrackASpec]:
     """The ``k`` members' training specs (module docstring), true labels (``hard_top1``)."""
     base = dataclasses.replace(base, output_mode="hard_top1")
-    recipe = _victim_recipe(checkpoint_ref) if checkpoint_ref else None
+    recipe = victim_recipe(checkpoint_ref) if checkpoint_ref else None
     specs = [base]
     own = victim_recipe_spec(base, recipe, train_size)
     if own is not None:

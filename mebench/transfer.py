@@ -67,7 +67,7 @@ TRANSFER_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _input_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def input_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     x = x.detach().clone().requires_grad_(True)
     loss = F.cross_entropy(model(x), y)
     (grad,) = torch.autograd.grad(loss, x)
@@ -76,7 +76,7 @@ def _input_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Ten
 
 def fgsm(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:
     """One step of ε·sign(∇ₓ CE(model(x), y)), clipped to the pixel range [0, 1]."""
-    return (x + eps * _input_grad(model, x, y).sign()).clamp(0.0, 1.0).detach()
+    return (x + eps * input_grad(model, x, y).sign()).clamp(0.0, 1.0).detach()
 
 
 def pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, steps: int, alpha: float,
@@ -86,7 +86,7 @@ def pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, steps: i
     start = (torch.rand(x.shape, generator=generator, device=generator.device) * 2 - 1).to(x.device) * eps
     adv = (x + start).clamp(0.0, 1.0)
     for _ in range(steps):
-        adv = adv + alpha * _input_grad(model, adv, y).sign()
+        adv = adv + alpha * input_grad(model, adv, y).sign()
         adv = torch.min(torch.max(adv, x - eps), x + eps).clamp(0.0, 1.0).detach()
     return adv
 
@@ -355,9 +355,9 @@ def _victim_file(cfg: Any) -> Optional[str]:
 def victim_seeds(cfg: Any) -> tuple[int, ...]:
     """The victim recipe's seed when its architecture is the substitute's (``PATH.json``): an
     initialization no reference or init-variance model may start from."""
-    from mebench.refcache import _victim_recipe
+    from mebench.refcache import victim_recipe
 
     path = _victim_file(cfg)
-    recipe = _victim_recipe(path) if path else None
+    recipe = victim_recipe(path) if path else None
     seed = recipe.get("seed") if recipe and recipe.get("arch") == cfg.substitute.arch else None
     return (seed,) if isinstance(seed, int) else ()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import yaml
 
+from mebench.errors import GridError, UntrainedVictims  # noqa: F401  (defined torch-free there; re-exported)
 from mebench.naming import LABEL_RE
 
 if TYPE_CHECKING:
@@ -128,6 +129,11 @@ class Cell:
     defense: str = "none"
 
     @property
+    def condition(self) -> str:
+        """The cell's id without its seed: the seed cells of one condition share it (``--seeds-together``)."""
+        return re.sub(r"-s\d+$", "", self.id)
+
+    @property
     def victim_key(self) -> str:
         """What the shared victim preparation depends on (victim, dataset, data mode, output mode)."""
         d = self.cfg.dataset
@@ -176,14 +182,6 @@ class GridSet:
         """A header line per config followed by its notes (printed after collection)."""
         return [*(f"mebench grid left out: {line}" for line in self.left_out),
                 *(line for g in self.grids for line in [g.title, *(f"  {n}" for n in g.notes)])]
-
-
-class GridError(Exception):
-    """A benchmark config cannot be expanded into a grid."""
-
-
-class UntrainedVictims(GridError):
-    """A benchmark config has no cell to run because none of its victims is trained."""
 
 
 #: What ``--transfer`` adds to every cell's ``measure`` (``mebench run --transfer`` adds the same).

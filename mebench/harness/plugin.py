@@ -113,13 +113,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     bench = bench_session(config)
     bench.tag_items(items)
     if bench.options.seeds_together:
-        from mebench.harness.seedgroups import condition_of
-        from mebench.harness.session import _cell_of
+        from mebench.harness.session import cell_of
 
         for item in items:
-            cell = _cell_of(item)
+            cell = cell_of(item)
             if cell is not None:
-                item.add_marker(pytest.mark.xdist_group(condition_of(cell)))
+                item.add_marker(pytest.mark.xdist_group(cell.condition))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -142,10 +141,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     bench_session(session.config).check_cost(session.items)
     from mebench.harness.grid import GridError
     from mebench.grid_inputs import check_datasets
-    from mebench.harness.session import _cell_of
+    from mebench.harness.session import cell_of
 
     try:
-        check_datasets([c for c in map(_cell_of, session.items) if c is not None])
+        check_datasets([c for c in map(cell_of, session.items) if c is not None])
     except GridError as e:
         raise pytest.UsageError(f"mebench grid: {e}") from None
 

@@ -204,12 +204,12 @@ class RayLoop:
                  f"raise its priority; start the nodes with RAY_worker_niceness={self.nice} ray start ...")
 
     def run(self) -> None:
-        from mebench.harness.session import _cell_of
+        from mebench.harness.session import cell_of
 
         remote: list[pytest.Item] = []
         local: list[pytest.Item] = []
         for it in self.session.items:
-            (remote if _cell_of(it) is not None and it.get_closest_marker("skip") is None else local).append(it)
+            (remote if cell_of(it) is not None and it.get_closest_marker("skip") is None else local).append(it)
         for i, item in enumerate(local):
             nxt = local[i + 1] if i + 1 < len(local) else None
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=nxt)
@@ -242,7 +242,7 @@ class RayLoop:
         """Submit every cell, report each as it ends; returns how many tasks died."""
         import ray
 
-        from mebench.harness.session import _cell_of
+        from mebench.harness.session import cell_of
 
         resources = ray.cluster_resources()
         threads = self.bench.options.threads or 1
@@ -262,7 +262,7 @@ class RayLoop:
         pending: dict[Any, tuple[pytest.Item, float]] = {}
         died = 0
         for item in items:
-            cell = _cell_of(item)
+            cell = cell_of(item)
             spec = {"root": str(self.root), "nodeid": item.nodeid, "cell_id": cell.id, "args": args,
                     "data_root": data_root, "nice": self.nice}
             pending[task.remote(spec, victims)] = (item, time.time())
@@ -330,9 +330,9 @@ class RayLoop:
         """Victim files under the project folder, put once into Ray's object store."""
         import ray
 
-        from mebench.harness.session import _cell_of
+        from mebench.harness.session import cell_of
 
-        checkpoints = {Path(str(ref)) for ref in (getattr(_cell_of(it).cfg.victim, "checkpoint_ref", None) for it in items)
+        checkpoints = {Path(str(ref)) for ref in (getattr(cell_of(it).cfg.victim, "checkpoint_ref", None) for it in items)
                        if ref}
         refs: dict[str, Any] = {}
         for path in checkpoints:
@@ -347,9 +347,9 @@ class RayLoop:
     def _report(self, item: pytest.Item, outcome: dict[str, Any], start: float) -> None:
         """Write the cell's files here and send its setup/call/teardown reports through pytest's hooks."""
         from mebench.harness.cells import RECORD_KEY
-        from mebench.harness.session import _cell_of
+        from mebench.harness.session import cell_of
 
-        cell = _cell_of(item)
+        cell = cell_of(item)
         hook = item.ihook
         hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         record = outcome.get("record")

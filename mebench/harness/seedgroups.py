@@ -16,7 +16,6 @@ that raised reports its own error, the others ``Aborted`` naming it.
 
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -25,14 +24,6 @@ import pytest
 
 from mebench.harness.cells import CellRecorder, PrefixAudit
 from mebench.harness.grid import Cell
-
-_SEED_SUFFIX = re.compile(r"-s\d+$")
-
-
-def condition_of(cell: Cell) -> str:
-    """The cell's id without its seed: the cells of one group share it."""
-    return _SEED_SUFFIX.sub("", cell.id)
-
 
 @dataclass
 class Member:
@@ -71,13 +62,13 @@ def groups(config: pytest.Config) -> Groups:
 
 def _pending_members(request: pytest.FixtureRequest, cell: Cell, done: Groups) -> list[Cell]:
     """The other selected, unskipped, not yet run cells of ``cell``'s condition in this session."""
-    from mebench.harness.session import _cell_of
+    from mebench.harness.session import cell_of
 
-    want = condition_of(cell)
+    want = cell.condition
     out = []
     for item in request.session.items:
-        other = _cell_of(item)
-        if other is None or other.id == cell.id or condition_of(other) != want:
+        other = cell_of(item)
+        if other is None or other.id == cell.id or other.condition != want:
             continue
         if item.get_closest_marker("skip") is None and done.member(other) is None and other.seed != cell.seed:
             out.append(other)

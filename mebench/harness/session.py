@@ -186,7 +186,7 @@ def latest_cells_dir(runs: Path) -> Optional[Path]:
     return latest_stamp_dir(runs, "*/cells")
 
 
-def _cell_of(item: pytest.Item) -> Optional[Cell]:
+def cell_of(item: pytest.Item) -> Optional[Cell]:
     """The grid cell a collected test runs, or ``None`` for any other test."""
     cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
     return cell if isinstance(cell, Cell) else None
@@ -336,7 +336,7 @@ class BenchSession:
 
         lines = []
         for item in items:
-            cell = _cell_of(item)
+            cell = cell_of(item)
             if cell is None:
                 continue
             item.user_properties.append((CELL_ID_KEY, cell.id))
@@ -360,7 +360,7 @@ class BenchSession:
         """Print the selected cells' estimated wall time (``mebench.harness.cost``, calibrated on this
         machine); a large selection needs --budgets or --mebench-allow-large."""
 
-        cells = [c for c in map(_cell_of, items) if c is not None]
+        cells = [c for c in map(cell_of, items) if c is not None]
         if not cells:
             return
         cost = self.estimate(cells)

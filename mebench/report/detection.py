@@ -23,7 +23,7 @@ import pandas as pd
 
 from mebench.detection_rates import tpr_at_fpr
 from mebench.report.document import Block, budget_label, table
-from mebench.report.load import UNKNOWN, RunRecord, _as_float, _section
+from mebench.report.load import UNKNOWN, RunRecord, as_float, mapping_section
 
 DETECTION_COLUMNS = ("dataset", "victim_id", "defense", "output_mode", "stream", "label", "data_mode", "seed",
                      "index", "checkpoint_B", "score", "flagged_at", "delta")
@@ -37,23 +37,23 @@ def detection_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
     rows = []
     for rec in records:
         summary = rec.summary or {}
-        defense = _section(summary, "defense")
-        det = _section(defense, "detection")
+        defense = mapping_section(summary, "defense")
+        det = mapping_section(defense, "detection")
         if not det or not rec.ok:
             continue
-        base = {"dataset": str(_section(summary, "dataset").get("name") or UNKNOWN),
-                "victim_id": str(_section(summary, "victim").get("victim_id") or _section(
-                    _section(summary, "config"), "victim").get("victim_id") or UNKNOWN),
+        base = {"dataset": str(mapping_section(summary, "dataset").get("name") or UNKNOWN),
+                "victim_id": str(mapping_section(summary, "victim").get("victim_id") or mapping_section(
+                    mapping_section(summary, "config"), "victim").get("victim_id") or UNKNOWN),
                 "defense": str(defense.get("label") or defense.get("name")),
-                "seed": int(summary.get("seed", 0)), "delta": _as_float(_section(det, "params").get("delta"))}
-        attack = _section(summary, "attack")
+                "seed": int(summary.get("seed", 0)), "delta": as_float(mapping_section(det, "params").get("delta"))}
+        attack = mapping_section(summary, "attack")
         streams = [("attack", attack.get("label") or attack.get("name") or "", str(attack.get("output_mode") or ""),
-                    str(_section(summary, "dataset").get("data_mode") or ""), 0, _section(det, "attack"))]
+                    str(mapping_section(summary, "dataset").get("data_mode") or ""), 0, mapping_section(det, "attack"))]
         streams += [("benign", str(b.get("source")), "", "", int(b.get("stream", 0)), b) for b in det.get("benign", [])]
         for kind, label, mode, dm, index, s in streams:
             for b, score in (s.get("score_at") or {}).items():
                 rows.append({**base, "stream": kind, "label": label, "output_mode": mode, "data_mode": dm,
-                             "index": index, "checkpoint_B": int(b), "score": _as_float(score),
+                             "index": index, "checkpoint_B": int(b), "score": as_float(score),
                              "flagged_at": s.get("flagged_at")})
     frame = pd.DataFrame(rows, columns=list(DETECTION_COLUMNS))
     benign = frame["stream"] == "benign"

@@ -142,7 +142,7 @@ def write_roc(rec: dict[str, Any], out: Path) -> dict[str, Path]:
 
 def write_detection_bench(paths: Sequence[Path], out: Path) -> dict[str, Path]:
     """The benchmark's pages, table and ROC figures for the records under ``paths`` (none: nothing)."""
-    from mebench.report.writer import _write_pages, _write_table
+    from mebench.report.files import write_pages, write_table
 
     recs = find_benches(paths)
     if not recs:
@@ -155,7 +155,7 @@ def write_detection_bench(paths: Sequence[Path], out: Path) -> dict[str, Path]:
             files[f"roc_{rec['dataset'].lower()}_{ext}"] = p
         figures[rec["dataset"]] = files[f"roc_{rec['dataset'].lower()}_png"].name
     rows = pd.DataFrame([r for rec in recs for r in bench_rows(rec)])
-    _write_table(rows, out, "detection_bench", files)
-    _write_pages(bench_blocks(recs, rows, figures), out, "detection_bench", "mebench detection benchmark",
+    write_table(rows, out, "detection_bench", files)
+    write_pages(bench_blocks(recs, rows, figures), out, "detection_bench", "mebench detection benchmark",
                  files, html=False)
     return files

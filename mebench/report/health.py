@@ -13,7 +13,7 @@ from typing import Iterable
 import pandas as pd
 
 from mebench.report.document import Block, budget_label, table
-from mebench.report.load import UNKNOWN, RunRecord, _section
+from mebench.report.load import UNKNOWN, RunRecord, mapping_section
 from mebench.training.health import restart_flag
 
 HEALTH_COLUMNS = ("dataset", "victim_id", "label", "data_mode", "output_mode", "seed", "track", "checkpoint_B",
@@ -27,9 +27,9 @@ def health_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         summary = rec.summary or {}
         if not rec.ok:
             continue
-        attack, dataset = _section(summary, "attack"), _section(summary, "dataset")
+        attack, dataset = mapping_section(summary, "attack"), mapping_section(summary, "dataset")
         base = {"dataset": str(dataset.get("name") or UNKNOWN),
-                "victim_id": str(_section(summary, "victim").get("victim_id") or UNKNOWN),
+                "victim_id": str(mapping_section(summary, "victim").get("victim_id") or UNKNOWN),
                 "label": str(attack.get("label") or attack.get("name") or UNKNOWN),
                 "data_mode": str(dataset.get("data_mode") or ""), "output_mode": str(attack.get("output_mode") or ""),
                 "seed": int(summary.get("seed", 0))}

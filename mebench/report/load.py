@@ -315,22 +315,22 @@ def records_to_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
 def _record_columns(rec: RunRecord) -> dict[str, Any]:
     """Per-run columns taken from summary.json (falling back to run_config.yaml)."""
     summary, config = rec.summary, rec.run_config
-    attack = _section(summary, "attack") or _section(config, "attack")
-    victim = _section(summary, "victim")
-    dataset = _section(summary, "dataset") or _section(config, "dataset")
-    defense = _section(summary, "defense") or _section(config, "defense")
+    attack = mapping_section(summary, "attack") or mapping_section(config, "attack")
+    victim = mapping_section(summary, "victim")
+    dataset = mapping_section(summary, "dataset") or mapping_section(config, "dataset")
+    defense = mapping_section(summary, "defense") or mapping_section(config, "defense")
     name = {"attack": str(attack["name"])} if attack.get("name") else {}  # else metrics.csv's column
     controls = attack.get("null_control_for")
     return {
         **name,
         "label": attack.get("label") or attack.get("name") or "",
         "defense": str(defense.get("label") or defense.get("name") or "none"),
-        "defense_test_accuracy": _as_float(_section(defense, "utility").get("test_accuracy")),
-        "defense_agreement": _as_float(_section(defense, "utility").get("agreement_with_undefended")),
-        "defense_perturbation": _as_float(_section(defense, "utility").get("mean_abs_perturbation")),
+        "defense_test_accuracy": as_float(mapping_section(defense, "utility").get("test_accuracy")),
+        "defense_agreement": as_float(mapping_section(defense, "utility").get("agreement_with_undefended")),
+        "defense_perturbation": as_float(mapping_section(defense, "utility").get("mean_abs_perturbation")),
         **_adaptive_columns(attack),
         "dataset": str(dataset.get("name") or UNKNOWN),
-        "victim_test_accuracy": _as_float(victim.get("test_accuracy")),
+        "victim_test_accuracy": as_float(victim.get("test_accuracy")),
         "victim_sha256": str(victim.get("checkpoint_sha256") or victim.get("sha256") or ""),
         "victim_zoo": str(victim.get("zoo") or ""),
         "status": rec.state, "run_name": rec.run_name, "run_id": rec.run_id, "source": rec.source,
@@ -349,17 +349,17 @@ def _stream_columns(rec: RunRecord, row: Mapping[str, Any]) -> dict[str, float]:
         budget = -1
     at = rec.stream.get(budget)
     if at is None and not rec.stream:
-        final = _section(_section(rec.summary, "defense"), "stream_utility")
-        at = final if _as_float(final.get("queries")) == budget else None
+        final = mapping_section(mapping_section(rec.summary, "defense"), "stream_utility")
+        at = final if as_float(final.get("queries")) == budget else None
     at = at or {}
-    return {"defense_stream_l1": _as_float(at.get("stream_l1")),
-            "defense_stream_label_change": _as_float(at.get("stream_label_change"))}
+    return {"defense_stream_l1": as_float(at.get("stream_l1")),
+            "defense_stream_label_change": as_float(at.get("stream_label_change"))}
 
 
 def _adaptive_columns(attack: Mapping[str, Any]) -> dict[str, str]:
     """``adaptive``: the attacker's strategy (``naive`` for records without one); ``base_label``:
     the attack's label without it (``random.argmax`` -> ``random``), what naive and adaptive share."""
-    strategy = str(_section(attack, "adaptive").get("strategy") or "naive")
+    strategy = str(mapping_section(attack, "adaptive").get("strategy") or "naive")
     label = str(attack.get("label") or attack.get("name") or "")
     suffix = f".{strategy}"
     return {"adaptive": strategy, "base_label": label[: -len(suffix)] if label.endswith(suffix) else label}
@@ -368,7 +368,7 @@ def _adaptive_columns(attack: Mapping[str, Any]) -> dict[str, str]:
 def identity_columns(rec: RunRecord) -> dict[str, Any]:
     """What tells two seed-runs of one condition apart: when they ended, on what, with which code."""
     summary = rec.summary
-    machine, git, resume = _section(summary, "machine"), _section(summary, "git"), _section(summary, "resume")
+    machine, git, resume = mapping_section(summary, "machine"), mapping_section(summary, "git"), mapping_section(summary, "resume")
     threads = machine.get("torch_threads")
     code = summary.get("code_identity") or (
         f"git {str(git['commit'])[:12]}{'+dirty' if git.get('dirty') else ''}" if git.get("commit") else "")
@@ -387,13 +387,13 @@ def exclusions(records: Iterable[RunRecord]) -> pd.DataFrame:
             continue
         first = rec.rows[0] if rec.rows else {}
         summary, config = rec.summary, rec.run_config
-        attack = _section(summary, "attack") or _section(config, "attack")
+        attack = mapping_section(summary, "attack") or mapping_section(config, "attack")
         seed = summary.get("seed", first.get("seed", _seed_of_name(rec.source)))
         rows.append({"run_name": rec.run_name, "run_id": rec.run_id,
                      "label": str(attack.get("label") or attack.get("name") or first.get("attack") or ""),
-                     "data_mode": str(first.get("data_mode") or _section(summary, "dataset").get("data_mode") or ""),
+                     "data_mode": str(first.get("data_mode") or mapping_section(summary, "dataset").get("data_mode") or ""),
                      "output_mode": str(first.get("output_mode") or attack.get("output_mode") or ""),
-                     "victim_id": str(first.get("victim_id") or _section(summary, "victim").get("victim_id") or ""),
+                     "victim_id": str(first.get("victim_id") or mapping_section(summary, "victim").get("victim_id") or ""),
                      "seed": "" if seed is None else str(seed), "status": rec.state,
                      "reason": rec.problem or f"status '{rec.state}'", "source": rec.source})
     frame = pd.DataFrame(rows, columns=list(EXCLUDED_COLUMNS))
@@ -407,12 +407,12 @@ def _seed_of_name(source: str) -> str:
     return match.group(1) if match else ""
 
 
-def _section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def mapping_section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = doc.get(key) if isinstance(doc, Mapping) else None
     return value if isinstance(value, Mapping) else {}
 
 
-def _as_float(value: Any) -> float:
+def as_float(value: Any) -> float:
     try:
         out = float(value)
     except (TypeError, ValueError):

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from mebench.report.document import Block, budget_label, fmt_mean_std, fmt_value, table
-from mebench.report.load import UNKNOWN, RunRecord, _section
+from mebench.report.load import UNKNOWN, RunRecord, mapping_section
 
 COND = ("dataset", "victim_id", "label", "data_mode", "output_mode")
 FILES = ("transfer", "fidelity", "init_variance")
@@ -36,9 +36,9 @@ REFERENCE_TRACKS = ("victim", "independent")
 
 def _condition(rec: RunRecord) -> dict[str, Any]:
     s = rec.summary or {}
-    attack, dataset = _section(s, "attack"), _section(s, "dataset")
+    attack, dataset = mapping_section(s, "attack"), mapping_section(s, "dataset")
     return {"dataset": str(dataset.get("name") or UNKNOWN),
-            "victim_id": str(_section(s, "victim").get("victim_id") or UNKNOWN),
+            "victim_id": str(mapping_section(s, "victim").get("victim_id") or UNKNOWN),
             "label": str(attack.get("label") or attack.get("name") or UNKNOWN),
             "data_mode": str(dataset.get("data_mode") or ""), "output_mode": str(attack.get("output_mode") or "")}
 

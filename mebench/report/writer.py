@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,7 +13,7 @@ from mebench.report.aggregate import aggregate, aggregate_csv_frame, drop_reruns
 from mebench.report.compare import comparison_blocks, comparison_points, compare_all
 from mebench.report.adaptive import adaptive_blocks, adaptive_matrix
 from mebench.report.defenses import defense_blocks, defense_matrix
-from mebench.report.document import render_html, render_markdown
+from mebench.report.files import write_pages, write_table
 from mebench.report.gains import (check_also_against, condition_roles, gain_blocks,
                                   gain_definitions, gain_table, leaderboard_gain_columns)
 from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed, leaderboard_blocks,
@@ -29,7 +28,6 @@ from mebench.report.load import NoResultsError, exclusions, load_records, result
 from mebench.report.paths import relative_path, relative_sources
 from mebench.report.plots import slug, write_curve_figures, write_defense_scatter
 from mebench.report.stats import N_BOOTSTRAP, definitions
-from mebench.serial import jsonable
 
 
 def default_out_dir(path: str | Path | Sequence[str | Path]) -> Path:
@@ -48,32 +46,6 @@ def provenance(paths: Sequence[str | Path], out: str | Path = ".") -> dict[str, 
     return {"mebench_version": __version__, "commit": commit["commit"], "dirty": commit["dirty"],
             "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "inputs": [relative_path(p, out) for p in paths]}
-
-
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    plain = frame.astype(object).where(frame.notna(), None)
-    return jsonable(plain.to_dict(orient="records"))
-
-
-def _write_table(frame: pd.DataFrame, out: Path, name: str, files: dict[str, Path],
-                 definitions: Any = None) -> None:
-    """CSV always; JSON ``{"definitions": ..., "rows": [...]}`` when definitions are given."""
-    files[f"{name}_csv"] = out / f"{name}.csv"
-    frame.to_csv(files[f"{name}_csv"], index=False)
-    if definitions is not None:
-        doc = {"definitions": definitions, "rows": _records(frame)}
-        files[f"{name}_json"] = out / f"{name}.json"
-        files[f"{name}_json"].write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n",
-                                         encoding="utf-8")
-
-
-def _write_pages(blocks: list, out: Path, name: str, title: str, files: dict[str, Path],
-                 html: bool = True) -> None:
-    files[f"{name}_md"] = out / f"{name}.md"
-    files[f"{name}_md"].write_text(render_markdown(blocks), encoding="utf-8")
-    if html:
-        files[f"{name}_html"] = out / f"{name}.html"
-        files[f"{name}_html"].write_text(render_html(blocks, title), encoding="utf-8")
 
 
 def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | None = None,
@@ -130,54 +102,54 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     if figures:
         files.update({f"curves_{slug(dataset)}_{slug(mode)}_{ext}": p
                       for (dataset, mode), fig_paths in curves.items() for ext, p in fig_paths.items()})
-    _write_table(relative_sources(frame, out), out, "results", files)
-    _write_table(aggregate_csv_frame(agg), out, "aggregate", files)
+    write_table(relative_sources(frame, out), out, "results", files)
+    write_table(aggregate_csv_frame(agg), out, "aggregate", files)
     prov = provenance(paths, out)
-    _write_table(board, out, "leaderboard", files, definitions={"text": DEFINITION_TEXT, "provenance": prov})
+    write_table(board, out, "leaderboard", files, definitions={"text": DEFINITION_TEXT, "provenance": prov})
     files["leaderboard_tex"] = out / "leaderboard.tex"
     files["leaderboard_tex"].write_text(leaderboard_latex(board, agg), encoding="utf-8")
-    _write_table(relative_sources(excluded, out), out, "excluded", files)
-    _write_table(comps, out, "comparisons", files, definitions=definitions(n_bootstrap))
-    _write_table(gains, out, "gains", files, definitions=gain_definitions(n_bootstrap, also_against))
+    write_table(relative_sources(excluded, out), out, "excluded", files)
+    write_table(comps, out, "comparisons", files, definitions=definitions(n_bootstrap))
+    write_table(gains, out, "gains", files, definitions=gain_definitions(n_bootstrap, also_against))
     img = {k: p["png"].name for k, p in curves.items()}
     stale = stale_runs(frame)
     for run in stale.itertuples():
         warnings.warn(f"{run.source}: seed {run.seed} of {run.label} was kept by --keep-stale "
                       f"({run.stale_reason or 'no reason recorded'}); marked in the leaderboard", stacklevel=2)
-    _write_pages(leaderboard_blocks(board, agg, victims, img, gains, provenance=prov,
+    write_pages(leaderboard_blocks(board, agg, victims, img, gains, provenance=prov,
                                     excluded=relative_sources(excluded, out), stale=relative_sources(stale, out)), out,
                  "leaderboard", "mebench leaderboard", files)
-    _write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
+    write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
                  files, html=False)
-    _write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
+    write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
     matrix = defense_matrix(frame, n_bootstrap=n_bootstrap)
     if not matrix.empty:
-        _write_table(matrix, out, "defenses", files)
+        write_table(matrix, out, "defenses", files)
         scatter = write_defense_scatter(matrix, out, draw=figures)
         if figures:
             files.update({f"defenses_{slug(dataset)}_{slug(mode)}_{ext}": p
                           for (dataset, mode), fig_paths in scatter.items() for ext, p in fig_paths.items()})
-        _write_pages(defense_blocks(matrix), out, "defenses", "mebench defenses", files, html=False)
+        write_pages(defense_blocks(matrix), out, "defenses", "mebench defenses", files, html=False)
     adaptive = adaptive_matrix(frame, n_bootstrap=n_bootstrap)
     if not adaptive.empty:
-        _write_table(adaptive, out, "adaptive", files)
-        _write_pages(adaptive_blocks(adaptive), out, "adaptive", "mebench adaptive attackers", files, html=False)
+        write_table(adaptive, out, "adaptive", files)
+        write_pages(adaptive_blocks(adaptive), out, "adaptive", "mebench adaptive attackers", files, html=False)
     zoo, per_victim = zoo_tables(frame)
     if not zoo.empty:
-        _write_table(zoo, out, "zoo", files)
-        _write_table(per_victim, out, "zoo_victims", files)
-        _write_pages(zoo_blocks(zoo, per_victim), out, "zoo", "mebench victim zoos", files)
+        write_table(zoo, out, "zoo", files)
+        write_table(per_victim, out, "zoo_victims", files)
+        write_pages(zoo_blocks(zoo, per_victim), out, "zoo", "mebench victim zoos", files)
     detection = detection_table(detection_frame(records))
     if not detection.empty:
-        _write_table(detection, out, "detection", files)
-        _write_pages(detection_blocks(detection), out, "detection", "mebench detection", files, html=False)
+        write_table(detection, out, "detection", files)
+        write_pages(detection_blocks(detection), out, "detection", "mebench detection", files, html=False)
     health = health_frame(records)
     if not health.empty:
         restarts = int(health["checkpoint_B"].isna().sum())
         also = f" and {restarts} attack model(s) restarted after a NaN loss" if restarts else ""
         warnings.warn(f"{len(health) - restarts} checkpoint(s) flagged by the training-health checks{also}: see "
                       f"{out / 'health.md'}", stacklevel=2)
-        _write_table(health, out, "health", files)
-        _write_pages(health_blocks(health), out, "health", "mebench training health", files, html=False)
+        write_table(health, out, "health", files)
+        write_pages(health_blocks(health), out, "health", "mebench training health", files, html=False)
     files.update(write_transfer_report(transfer_frames, frame, out, figures_too=figures))
     return {**files, **bench}

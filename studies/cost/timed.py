@@ -53,7 +53,7 @@ def grid_estimate(args: list[str]) -> "object":
 
     from mebench.harness.cost import estimate
     from mebench.harness.plugin import bench_session
-    from mebench.harness.session import _cell_of
+    from mebench.harness.session import cell_of
 
     seen: dict = {}
 
@@ -62,7 +62,7 @@ def grid_estimate(args: list[str]) -> "object":
             seen["items"], seen["threads"] = list(session.items), bench_session(session.config).options.threads
 
     pytest.main([*args[1:], "--collect-only", "-q", "-p", "no:cacheprovider"], plugins=[Grab()])
-    plans = [c.plan for c in map(_cell_of, seen["items"]) if c is not None]
+    plans = [c.plan for c in map(cell_of, seen["items"]) if c is not None]
     return estimate(plans, threads=seen["threads"])
 
 
