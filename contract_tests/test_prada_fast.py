@@ -14,15 +14,11 @@ plain re-implementation of SSGAalto PRADA @aa54347 ``growing_set.py`` in test_pr
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import numpy as np
 import pytest
 import torch
 
 from test_prada_reference import reference_rule  # contract_tests/ is on sys.path (rootdir import mode)
-from mebench.defenses.detection import shapiro_wilk_w
 from mebench.defenses.prada import LEGACY, Prada, PradaSequential as Sequential
 
 

@@ -7,8 +7,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-import pandas as pd
-
 from mebench.report.aggregate import aggregate, aggregate_csv_frame, drop_reruns, to_long, victim_reference
 from mebench.report.compare import comparison_blocks, comparison_points, compare_all
 from mebench.report.adaptive import adaptive_blocks, adaptive_matrix
