@@ -5,7 +5,8 @@ from __future__ import annotations
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from mebench.report.aggregate import aggregate, aggregate_csv_frame, drop_reruns, to_long, victim_reference
 from mebench.report.compare import comparison_blocks, comparison_points, compare_all
@@ -120,34 +121,78 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
                  files, html=False)
     write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
-    matrix = defense_matrix(frame, n_bootstrap=n_bootstrap)
-    if not matrix.empty:
-        write_table(matrix, out, "defenses", files)
-        scatter = write_defense_scatter(matrix, out, draw=figures)
-        if figures:
-            files.update({f"defenses_{slug(dataset)}_{slug(mode)}_{ext}": p
-                          for (dataset, mode), fig_paths in scatter.items() for ext, p in fig_paths.items()})
-        write_pages(defense_blocks(matrix), out, "defenses", "mebench defenses", files, html=False)
-    adaptive = adaptive_matrix(frame, n_bootstrap=n_bootstrap)
-    if not adaptive.empty:
-        write_table(adaptive, out, "adaptive", files)
-        write_pages(adaptive_blocks(adaptive), out, "adaptive", "mebench adaptive attackers", files, html=False)
-    zoo, per_victim = zoo_tables(frame)
-    if not zoo.empty:
-        write_table(zoo, out, "zoo", files)
-        write_table(per_victim, out, "zoo_victims", files)
-        write_pages(zoo_blocks(zoo, per_victim), out, "zoo", "mebench victim zoos", files)
-    detection = detection_table(detection_frame(records))
-    if not detection.empty:
-        write_table(detection, out, "detection", files)
-        write_pages(detection_blocks(detection), out, "detection", "mebench detection", files, html=False)
-    health = health_frame(records)
-    if not health.empty:
-        restarts = int(health["checkpoint_B"].isna().sum())
-        also = f" and {restarts} attack model(s) restarted after a NaN loss" if restarts else ""
-        warnings.warn(f"{len(health) - restarts} checkpoint(s) flagged by the training-health checks{also}: see "
-                      f"{out / 'health.md'}", stacklevel=2)
-        write_table(health, out, "health", files)
-        write_pages(health_blocks(health), out, "health", "mebench training health", files, html=False)
-    files.update(write_transfer_report(transfer_frames, frame, out, figures_too=figures))
+    parts = ReportParts(records, frame, out, files, n_bootstrap, figures, transfer_frames)
+    for _, section in SECTIONS:
+        section(parts)
     return {**files, **bench}
+
+
+@dataclass
+class ReportParts:
+    """What the report's own sections read: the records, the pooled frame, where to write, and the
+    files written so far (each section adds its own)."""
+
+    records: Any
+    frame: Any
+    out: Path
+    files: dict[str, Path]
+    n_bootstrap: int
+    figures: bool
+    transfer_frames: Any
+
+
+def _defenses(r: ReportParts) -> None:
+    matrix = defense_matrix(r.frame, n_bootstrap=r.n_bootstrap)
+    if matrix.empty:
+        return
+    write_table(matrix, r.out, "defenses", r.files)
+    scatter = write_defense_scatter(matrix, r.out, draw=r.figures)
+    if r.figures:
+        r.files.update({f"defenses_{slug(dataset)}_{slug(mode)}_{ext}": p
+                        for (dataset, mode), fig_paths in scatter.items() for ext, p in fig_paths.items()})
+    write_pages(defense_blocks(matrix), r.out, "defenses", "mebench defenses", r.files, html=False)
+
+
+def _adaptive(r: ReportParts) -> None:
+    adaptive = adaptive_matrix(r.frame, n_bootstrap=r.n_bootstrap)
+    if not adaptive.empty:
+        write_table(adaptive, r.out, "adaptive", r.files)
+        write_pages(adaptive_blocks(adaptive), r.out, "adaptive", "mebench adaptive attackers", r.files, html=False)
+
+
+def _zoo(r: ReportParts) -> None:
+    zoo, per_victim = zoo_tables(r.frame)
+    if not zoo.empty:
+        write_table(zoo, r.out, "zoo", r.files)
+        write_table(per_victim, r.out, "zoo_victims", r.files)
+        write_pages(zoo_blocks(zoo, per_victim), r.out, "zoo", "mebench victim zoos", r.files)
+
+
+def _detection(r: ReportParts) -> None:
+    detection = detection_table(detection_frame(r.records))
+    if not detection.empty:
+        write_table(detection, r.out, "detection", r.files)
+        write_pages(detection_blocks(detection), r.out, "detection", "mebench detection", r.files, html=False)
+
+
+def _health(r: ReportParts) -> None:
+    health = health_frame(r.records)
+    if health.empty:
+        return
+    restarts = int(health["checkpoint_B"].isna().sum())
+    also = f" and {restarts} attack model(s) restarted after a NaN loss" if restarts else ""
+    warnings.warn(f"{len(health) - restarts} checkpoint(s) flagged by the training-health checks{also}: see "
+                  f"{r.out / 'health.md'}", stacklevel=3)
+    write_table(health, r.out, "health", r.files)
+    write_pages(health_blocks(health), r.out, "health", "mebench training health", r.files, html=False)
+
+
+def _transfer(r: ReportParts) -> None:
+    r.files.update(write_transfer_report(r.transfer_frames, r.frame, r.out, figures_too=r.figures))
+
+
+#: The report's own sections after the leaderboard, comparisons and gains, in the order they are written;
+#: each writes its tables and page when its records hold anything for it. A new section is one entry.
+SECTIONS: tuple[tuple[str, Callable[[ReportParts], None]], ...] = (
+    ("defenses", _defenses), ("adaptive", _adaptive), ("zoo", _zoo), ("detection", _detection),
+    ("health", _health), ("transfer", _transfer))
