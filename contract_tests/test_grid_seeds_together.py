@@ -102,3 +102,33 @@ def test_a_failing_group_reports_each_cell(bench: pytest.Pytester) -> None:
     assert f"stopped: {failed}, a seed cell of its group, failed" in stopped[0]
     assert not list(bench.path.rglob(".query_cache"))
     assert json.loads((bench.path / "broken.json").read_text())["cells"]
+
+
+COUNTING = """\
+import mebench.config.plan as plan_module
+from mebench import engine
+
+CALLS = []
+real = plan_module.resolve
+
+
+def counting(cfg, seed):
+    CALLS.append(seed)
+    return real(cfg, seed)
+
+
+plan_module.resolve = counting
+engine.resolve = counting
+
+
+def pytest_sessionfinish(session):
+    (session.config.rootpath / "resolves.txt").write_text(str(len(CALLS)))
+"""
+
+
+# issue 55: the grid hands each cell's plan to the run, so a cell's plan is resolved once (Cell.plan).
+def test_a_cell_resolves_its_plan_once(bench: pytest.Pytester) -> None:
+    (bench.path / "conftest.py").write_text((bench.path / "conftest.py").read_text() + "\n" + COUNTING)
+    result = bench.runpytest("benchmarks", "-k", "random and surrogate and soft_prob", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    assert (bench.path / "resolves.txt").read_text() == "2"

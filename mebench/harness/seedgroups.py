@@ -78,7 +78,8 @@ def _pending_members(request: pytest.FixtureRequest, cell: Cell, done: Groups) -
 def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim: Any, oracle: Any,
              store: PrefixAudit, trainer: Any, recorder: CellRecorder) -> Any:
     """The cell's ``SeedResult``: from its group's run (run now if this is the group's first cell), or
-    ``engine.run_seed`` alone when seeds are not grouped or the cell has no pending sibling."""
+    ``engine.run_seed`` alone when seeds are not grouped or the cell has no pending sibling. Every run
+    is handed the cell's plan (``Cell.plan``, resolved once per cell), never resolved again."""
     from mebench import engine
     from mebench.harness.plugin import bench_session
 
@@ -93,7 +94,7 @@ def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim
     siblings = _pending_members(request, cell, done) if stackable else []
     if not siblings:
         return engine.run_seed(run_config, cell.seed, victim, recorder.artifacts_dir, progress=False, oracle=oracle,
-                               store=store, trainer=trainer, say=recorder.say)
+                               store=store, trainer=trainer, say=recorder.say, plan=cell.plan)
     members = [Member(cell, run_config, oracle, store, recorder)] + [_member(bench, c, victim) for c in siblings]
     by_seed = {m.cell.seed: m for m in members}
 
@@ -101,7 +102,8 @@ def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim
         m = by_seed[seed]
         try:
             m.result = engine.run_seed(m.run_config, seed, victim, m.recorder.artifacts_dir, progress=False,
-                                       oracle=m.oracle, store=m.store, trainer=group_trainer, say=m.recorder.say)
+                                       oracle=m.oracle, store=m.store, trainer=group_trainer, say=m.recorder.say,
+                                       plan=m.cell.plan)
         except BaseException as e:
             m.error = e
             raise
