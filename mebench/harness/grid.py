@@ -414,9 +414,11 @@ def _defense_suits(grid: Grid, defense: dict, output_mode: str) -> bool:
     if name not in DEFENSES:
         raise ConfigError("defenses.name", name, unknown_name_message("defense", str(name), DEFENSES.names()))
     cls = DEFENSES.get(name)
-    try:
-        modes = cls.modes(cls.Params(**(defense.get("params") or {})))
-    except TypeError:  # a bad key: the cell's validation names it
+    from mebench.config import build_params
+
+    try:  # through the config's schema, as the cell's own resolution does (types, ranges, limits)
+        modes = cls.modes(build_params(cls.Params, defense.get("params") or {}, "defense.params"))
+    except ConfigError:  # a bad key or value: the cell's validation names it
         modes = cls.output_modes
     if output_mode in modes:
         return True
