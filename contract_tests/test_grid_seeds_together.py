@@ -109,12 +109,12 @@ import mebench.config.plan as plan_module
 from mebench import engine
 
 CALLS = []
-real = plan_module.resolve
+REAL = plan_module.resolve, engine.resolve
 
 
-def counting(cfg, seed):
-    CALLS.append(seed)
-    return real(cfg, seed)
+def counting(*args, **kwargs):
+    CALLS.append(args)
+    return REAL[0](*args, **kwargs)
 
 
 plan_module.resolve = counting
@@ -123,6 +123,10 @@ engine.resolve = counting
 
 def pytest_sessionfinish(session):
     (session.config.rootpath / "resolves.txt").write_text(str(len(CALLS)))
+
+
+def pytest_unconfigure(config):  # this runs in the test's own process: leave the modules as they were
+    plan_module.resolve, engine.resolve = REAL
 """
 
 
