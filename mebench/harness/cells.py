@@ -9,6 +9,7 @@ and attaches it to the test report, which carries it to the xdist controller.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -190,6 +191,29 @@ class CellRecorder:
         if self.item is not None:
             self.item.user_properties.append((RECORD_KEY, record))
         return record
+
+
+def cell_recorder(bench: Any, cell: Cell, run_config: "RunConfig", device: str,
+                  item: Optional[pytest.Item] = None) -> "CellRecorder":
+    """The record of ``cell`` in its folder of the run ``bench`` (a ``BenchSession``); ``item`` is the
+    test whose report carries it (set later for a cell run with its seed group)."""
+    return CellRecorder(cell, run_config, device, bench.cell_dir(cell), worker=bench.worker_id, item=item,
+                        update_hook=bench.config.hook.pytest_mebench_update_cell, config=bench.config,
+                        say=bench.progress_say(cell))
+
+
+def open_store(bench: Any, run_config: "RunConfig", victim: Any, directory: Path) -> PrefixAudit:
+    """A cell's temporary query store (§11.2) in ``directory`` (a leftover one removed first), audited for
+    the D_B prefix rule and marked with the run's token, so the controller can remove it should the
+    worker be killed before the cell's own cleanup."""
+    from mebench import engine
+    from mebench.naming import mark_cache_owner
+
+    shutil.rmtree(directory, ignore_errors=True)
+    store = PrefixAudit(engine.make_store(run_config, victim, directory))
+    if directory.is_dir():
+        mark_cache_owner(directory, bench.run_token)
+    return store
 
 
 def read_json(path: Path) -> dict[str, Any]:

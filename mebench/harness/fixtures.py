@@ -36,12 +36,12 @@ import torch
 
 from mebench import engine
 from mebench.harness import seedgroups
-from mebench.harness.cells import CellRecorder, PrefixAudit
+from mebench.harness.cells import CellRecorder, PrefixAudit, cell_recorder, open_store
 from mebench.config import RunConfig
 from mebench.errors import interrupt_on_sigterm
 from mebench.harness.grid import Cell
 from mebench.metrics import METRICS
-from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner
+from mebench.naming import QUERY_CACHE_DIR
 from mebench.oracle import Oracle
 from mebench.harness.plugin import bench_session
 from mebench.training.track_a import TrackATrainer
@@ -109,9 +109,7 @@ def cell_record(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfi
     if member is not None:  # run already, with its seed group: its record goes out with this test's report
         member.recorder.item = request.node
         return member.recorder
-    return CellRecorder(cell, run_config, str(device), bench.cell_dir(cell), worker=bench.worker_id,
-                        item=request.node, update_hook=bench.config.hook.pytest_mebench_update_cell,
-                        config=bench.config, say=bench.progress_say(cell))
+    return cell_recorder(bench, cell, run_config, str(device), item=request.node)
 
 
 @pytest.fixture
@@ -124,10 +122,7 @@ def query_cache(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfi
         yield member.store
         assert not directory.exists(), f"§11.2: temporary query cache {directory} survived the cell"
         return
-    shutil.rmtree(directory, ignore_errors=True)
-    store = PrefixAudit(engine.make_store(run_config, victim, directory))
-    if directory.is_dir():  # lets the controller remove it should this worker be killed before its finally
-        mark_cache_owner(directory, bench_session(request.config).run_token)
+    store = open_store(bench_session(request.config), run_config, victim, directory)
     try:
         yield store
     finally:

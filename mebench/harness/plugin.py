@@ -197,11 +197,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 
 def _group_seeds(config: pytest.Config, on: bool) -> None:
-    """``--seeds-together`` under ``-n``: pytest-xdist must keep a group's cells on one worker (loadgroup)."""
+    """``--seeds-together``: not with ``--ray`` (a task runs one cell); under ``-n`` pytest-xdist must keep a
+    group's cells on one worker (loadgroup)."""
     opt = config.option
-    if on and hasattr(config, "workerinput"):  # a worker parses the command line itself: its items get the suffix
-        opt.loadgroup = True                    # by which the controller's loadgroup scheduler groups them
-    if not on or not getattr(opt, "numprocesses", None) or hasattr(config, "workerinput"):
+    if not on:
+        return
+    if hasattr(config, "workerinput"):  # a worker parses the command line itself: its items get the suffix
+        opt.loadgroup = True            # by which the controller's loadgroup scheduler groups them
+        return
+    if getattr(opt, "mebench_ray", None):
+        raise pytest.UsageError("--seeds-together groups cells in one pytest process: not with --ray")
+    if not getattr(opt, "numprocesses", None):
         return
     dist = getattr(opt, "dist", "no")
     if dist in ("no", "load"):
@@ -209,8 +215,6 @@ def _group_seeds(config: pytest.Config, on: bool) -> None:
     elif dist != "loadgroup":
         raise pytest.UsageError(f"--seeds-together runs the seed cells of a condition in one process: it needs "
                                 f"--dist loadgroup (the default it sets), not --dist {dist}")
-    if getattr(opt, "mebench_ray", None):
-        raise pytest.UsageError("--seeds-together groups cells in one pytest process: not with --ray")
 
 
 def _check_ray(config: pytest.Config) -> None:

@@ -22,8 +22,10 @@ from typing import Any, Optional
 
 import pytest
 
-from mebench.harness.cells import CellRecorder, PrefixAudit
+from mebench.harness.cells import CellRecorder, PrefixAudit, cell_recorder, open_store
 from mebench.harness.grid import Cell
+from mebench.naming import QUERY_CACHE_DIR
+
 
 @dataclass
 class Member:
@@ -70,7 +72,7 @@ def _pending_members(request: pytest.FixtureRequest, cell: Cell, done: Groups) -
         other = cell_of(item)
         if other is None or other.id == cell.id or other.condition != want:
             continue
-        if item.get_closest_marker("skip") is None and done.member(other) is None and other.seed != cell.seed:
+        if item.get_closest_marker("skip") is None and done.member(other) is None:
             out.append(other)
     return out
 
@@ -121,7 +123,7 @@ def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim
     finally:
         for m in members[1:]:
             m.store.cleanup()
-            shutil.rmtree(m.recorder.artifacts_dir / _cache_dir(), ignore_errors=True)
+            shutil.rmtree(m.recorder.artifacts_dir / QUERY_CACHE_DIR, ignore_errors=True)
     for m in members[1:]:
         done.done[m.cell.id] = m
     if members[0].error is not None:
@@ -129,25 +131,12 @@ def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim
     return members[0].result
 
 
-def _cache_dir() -> str:
-    from mebench.naming import QUERY_CACHE_DIR
-
-    return QUERY_CACHE_DIR
-
-
 def _member(bench: Any, cell: Cell, victim: Any) -> Member:
-    """A sibling cell's run config, oracle, audited query store and record, built as its fixtures would."""
+    """A sibling cell's run config, oracle, audited query store and record, built as its fixtures build them."""
     from mebench import engine
-    from mebench.naming import mark_cache_owner
 
     device = bench.device()
     run_config = bench.run_config(cell, device)
-    recorder = CellRecorder(cell, run_config, device, bench.cell_dir(cell), worker=bench.worker_id, item=None,
-                            update_hook=bench.config.hook.pytest_mebench_update_cell, config=bench.config,
-                            say=bench.progress_say(cell))
-    directory = recorder.artifacts_dir / _cache_dir()
-    shutil.rmtree(directory, ignore_errors=True)
-    store = PrefixAudit(engine.make_store(run_config, victim, directory))
-    if directory.is_dir():
-        mark_cache_owner(directory, bench.run_token)
+    recorder = cell_recorder(bench, cell, run_config, device)
+    store = open_store(bench, run_config, victim, recorder.artifacts_dir / QUERY_CACHE_DIR)
     return Member(cell, run_config, engine.make_oracle(run_config, victim), store, recorder)

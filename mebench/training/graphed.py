@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -40,7 +40,6 @@ from mebench.training.spec import OptimizerSpec
 GRAPHS_ENV = "MEBENCH_CUDA_GRAPHS"
 #: Real steps run eagerly before a capture (CUDA graphs need warmed-up allocators and handles).
 WARM_STEPS = 3
-STEP_KINDS = ("graphed", "eager")
 
 
 def why_eager(device: torch.device, optimizer: OptimizerSpec, *, on_disk: bool = False,
@@ -57,6 +56,18 @@ def why_eager(device: torch.device, optimizer: OptimizerSpec, *, on_disk: bool =
     if autocast:
         return "bfloat16 autocast (its weight cache cannot be captured)"
     return None
+
+
+def why_eager_for(model: torch.nn.Module, x: Any, y: Optional[torch.Tensor], optimizer: OptimizerSpec) -> Optional[str]:
+    """``why_eager`` for training ``model`` on ``(x, y)``: also eager when D_B is read from disk, the model
+    runs under autocast, or the data are not on the model's device."""
+    from mebench.data.rowfile import RowsPrefix
+
+    device = next(model.parameters()).device
+    why = why_eager(device, optimizer, on_disk=isinstance(x, RowsPrefix), autocast=not getattr(model, "graph_safe", True))
+    if why is None and (x.device != device or y is None or y.device != device):
+        why = "the data are not on the training device"
+    return why
 
 
 def index_blocks(n: int, steps: int, batch_size: int, generator: torch.Generator,
@@ -97,10 +108,15 @@ def lr_values(optimizer: OptimizerSpec, steps: int, make_scheduler: Optional[Cal
     return out[:steps]
 
 
+def cosine_schedule(t_max: int) -> Callable:
+    """``lr_values``' scheduler factory for the eager loops' cosine annealing over ``t_max`` steps."""
+    return lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=t_max)
+
+
 class StepProgram:
-    """SGD on ``params`` as a device program: ``loss_at(idx)`` is the step's loss (a scalar) for the
-    batch of row indices ``idx``; ``records`` receives, per step, what ``record_of(loss_parts)`` gives
-    (see ``run``)."""
+    """SGD on ``params`` as a device program: ``loss_at(idx)`` gives the step's loss (a scalar) for the
+    batch of row indices ``idx`` and its parts; ``records[i]`` (a tensor of one entry per step, or
+    ``None``) receives part ``i`` at each step."""
 
     def __init__(self, params: Sequence[torch.Tensor], loss_at: Callable[[torch.Tensor], tuple[torch.Tensor, Sequence[torch.Tensor]]],
                  optimizer: OptimizerSpec, lrs: Sequence[float],
@@ -267,8 +283,7 @@ def train_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, los
     """``loop.train_steps`` as a device program (captured on CUDA when ``capture``); the model is
     trained in place. Returns the program (its ``kind`` and ``capture_error`` say how it ran)."""
     t_max = max(1, steps, schedule_steps or 0)
-    lrs = lr_values(optimizer, steps,
-                    (lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=t_max)) if cosine else None)
+    lrs = lr_values(optimizer, steps, cosine_schedule(t_max) if cosine else None)
     model.train()
     program = StepProgram(trainable(model), model_loss(model, x, y, loss_fn, transform), optimizer, lrs, [losses])
     run_blocks(program, index_blocks(len(x), steps, batch_size, generator), steps,
@@ -285,9 +300,10 @@ def train_epochs(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, lo
     its last, smaller batch (if kept) runs eagerly with the same update."""
     n = int(x.shape[0])
     full, rest = divmod(n, batch_size)
-    per_epoch = full + (1 if rest and rest >= min_batch else 0)
+    keep_rest = bool(rest) and rest >= min_batch  # the eager loop skips a last batch below min_batch
+    per_epoch = full + keep_rest
     if cosine:
-        make = lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=max(1, epochs))  # noqa: E731
+        make = cosine_schedule(max(1, epochs))
     elif lr_step:
         make = lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=lr_step, gamma=lr_gamma)  # noqa: E731
     else:
@@ -302,7 +318,7 @@ def train_epochs(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, lo
             program.load_block(perm[:full * batch_size].view(full, batch_size))
             for _ in range(full):
                 program.step(capture)
-        if rest and rest >= min_batch:
+        if keep_rest:
             program.step_on(perm[full * batch_size:])
         if not program.check_finite():
             raise _divergence(f"in epoch {epoch} of {epochs}")

@@ -86,20 +86,15 @@ def train_steps(
     (a dict) receives ``step`` (``graphed`` or ``eager``) and ``why`` (the reason, or ``None``).
     """
     device = next(model.parameters()).device
-    why = graphed.why_eager(device, optimizer, on_disk=isinstance(x, RowsPrefix),
-                            autocast=not getattr(model, "graph_safe", True))
-    if why is None and (x.device != device or y is None or y.device != device):
-        why = "the data are not on the training device"
+    why = graphed.why_eager_for(model, x, y, optimizer)
     if why is None:
         program = graphed.train_steps(model, x, y, loss_fn=loss_fn, steps=steps, batch_size=batch_size,
                                       optimizer=optimizer, generator=generator, cosine=cosine,
                                       schedule_steps=schedule_steps, transform=transform, losses=losses,
                                       on_step=on_step, check_every=check_every)
-        if step_info is not None:
-            step_info.update(step=program.kind, why=program.capture_error)
+        _tell(step_info, program.kind, program.capture_error)
         return model
-    if step_info is not None:
-        step_info.update(step="eager", why=why)
+    _tell(step_info, "eager", why)
     opt = make_optimizer(model.parameters(), optimizer)
     t_max = max(1, steps, schedule_steps or 0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=t_max) if cosine else None
@@ -136,6 +131,12 @@ def _batch(x: "torch.Tensor | RowsPrefix", y: Optional[torch.Tensor], idx: torch
     idx_d = idx.to(x.device) if x.device != idx.device else idx
     return (x.index_select(0, idx_d).to(device, non_blocking=True),
             y.index_select(0, idx_d).to(device, non_blocking=True))
+
+
+def _tell(step_info: Optional[dict], step: str, why: Optional[str]) -> None:
+    """Say in ``step_info`` (when given) how a training stepped and why (``train_steps``)."""
+    if step_info is not None:
+        step_info.update(step=step, why=why)
 
 
 def steps_for_budget(budget: int, c: float) -> int:
@@ -177,21 +178,16 @@ def train_epochs(
         raise ValueError("cannot train on an empty dataset")
     if cosine and lr_step:
         raise ValueError("train_epochs: choose a step decay (lr_step) or cosine annealing, not both")
-    device = next(model.parameters()).device
-    why = graphed.why_eager(device, optimizer, autocast=not getattr(model, "graph_safe", True))
-    if why is None and (x.device != device or y.device != device):
-        why = "the data are not on the training device"
-    if why is None and n < batch_size:
+    why = graphed.why_eager_for(model, x, y, optimizer)
+    if why is None and (n < batch_size or batch_size < min_batch):  # min_batch above the batch: none is kept
         why = "no full batch to capture"
     if why is None:
         program = graphed.train_epochs(model, x, y, loss_fn=loss_fn, epochs=epochs, batch_size=batch_size,
                                        optimizer=optimizer, generator=generator, lr_step=lr_step,
                                        lr_gamma=lr_gamma, cosine=cosine, transform=transform, min_batch=min_batch)
-        if step_info is not None:
-            step_info.update(step=program.kind, why=program.capture_error)
+        _tell(step_info, program.kind, program.capture_error)
         return model
-    if step_info is not None:
-        step_info.update(step="eager", why=why)
+    _tell(step_info, "eager", why)
     opt = make_optimizer(model.parameters(), optimizer)
     if cosine:
         sched: Optional[torch.optim.lr_scheduler.LRScheduler] = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, epochs))

@@ -150,7 +150,7 @@ def train_seeds_together(trainer: TrackATrainer, datasets: Sequence[tuple[torch.
     why = graphed.why_eager(dev, spec.optimizer) if program is None else (None if program else "the eager loop was asked for")
     trainer.last_step = {"step": "eager", "why": why}
     if why is None:
-        lrs = graphed.lr_values(spec.optimizer, steps, lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=max(1, steps)))
+        lrs = graphed.lr_values(spec.optimizer, steps, graphed.cosine_schedule(max(1, steps)))
         prog = graphed.StepProgram(stacked, loss_at, spec.optimizer, lrs, losses)
         graphed.run_blocks(prog, graphed.index_blocks(n, steps, spec.batch_size, g), steps,
                            capture=dev.type == "cuda", on_step=lambda step: [c(step) for c in calls if c is not None])
