@@ -12,22 +12,21 @@ table ``spread.md``. Track A agreement AUC over log10(budget), as the leaderboar
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from statistics import mean, stdev
-from typing import Any
+
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "leaderboard-builds-mnist"  # the set's records
 
 
 def auc(points: dict[int, float]) -> float:
-    """Trapezoid area under agreement over x = log10(B), divided by the span (the leaderboard's AUC)."""
+    """A seed-run's agreement AUC over x = log10(B), as the leaderboard computes it (``log_budget_auc``)."""
+    import numpy as np
+
+    from mebench.report.leaderboard import log_budget_auc
+
     xs = sorted(points)
-    if len(xs) < 2:
-        return float("nan")
-    lx = [math.log10(b) for b in xs]
-    area = sum((lx[i + 1] - lx[i]) * (points[xs[i]] + points[xs[i + 1]]) / 2 for i in range(len(xs) - 1))
-    return area / (lx[-1] - lx[0])
+    return float(log_budget_auc(xs, np.array([[points[b] for b in xs]]))[0]) if len(xs) > 1 else float("nan")
 
 
 def seed_runs(set_dir: Path) -> dict[tuple[str, str, str], dict[int, float]]:
