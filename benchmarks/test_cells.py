@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 
-from mebench import engine
+from mebench.run import engine
 from mebench.harness import seedgroups
 from mebench.harness.cells import CellRecorder, PrefixAudit
 from mebench.config import RunConfig

@@ -72,7 +72,7 @@ def _one_thread_metrics(raw: dict) -> bytes:
     """Run ``raw`` (one seed) with one torch thread; its seed_0 ``metrics.csv`` bytes."""
     import torch
 
-    from mebench import engine
+    from mebench.run import engine
     from mebench.config import parse_config
 
     threads = torch.get_num_threads()

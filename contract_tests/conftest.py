@@ -26,7 +26,7 @@ _load_hypothesis_profile()
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache_dir(tmp_path_factory):
-    """The machine-wide cache (``mebench.cachedir``: transfer reference models, the default data root)
+    """The machine-wide cache (``mebench.support.cachedir``: transfer reference models, the default data root)
     lives in a folder of this test session, so tests neither read nor fill the user's cache; and
     ``MEBENCH_OFFLINE=1``: no test downloads anything (the fetch path is tested with a fake fetcher)."""
     old = {k: os.environ.get(k) for k in ("MEBENCH_CACHE_DIR", "MEBENCH_OFFLINE")}

@@ -1,7 +1,7 @@
 """ActiveThief: budget accounting, pool use, reproducibility and what each strategy selects.
 
 Everything runs on tiny synthetic pools (1x4x4 images) with tiny MLPs, driven by
-the engine's own query loop (``mebench.engine.collect``) through the real
+the engine's own query loop (``mebench.run.engine.collect``) through the real
 oracle and query store.
 """
 
@@ -26,7 +26,7 @@ from mebench.config.validation import load_config
 from mebench.data.cache import QueryStore
 from mebench.data.pools import Pool
 from mebench.data.profiles import get_profile
-from mebench.engine import collect
+from mebench.run.engine import collect
 from mebench.errors import ConfigError, DivergenceError
 from mebench.oracle import Oracle
 from mebench.state import EngineState
@@ -336,7 +336,7 @@ def test_macro_f1_and_divergence():
 
 # contract 8 / 14.3 / 16.2: the engine runs ActiveThief end to end and reports both tracks.
 def test_engine_run_reports_both_tracks(make_cfg):
-    from mebench.engine import run as engine_run
+    from mebench.run.engine import run as engine_run
 
     cfg = make_cfg(attack={"name": "activethief", "label": "activethief_kcenter",
                            "params": {"strategy": "k_center", "rounds": 2, "max_epochs": 3, "batch_size": 64}})

@@ -14,11 +14,11 @@ from mebench.attacks.adaptive import ADAPTIVE, AdaptiveAttack, group_mean
 from mebench.data.cache import QueryStore
 from mebench.data.pools import Pool
 from mebench.data.profiles import PROFILES
-from mebench.engine import collect
+from mebench.run.engine import collect
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.oracle import AnswerPipeline, AnswerTransform, Oracle
-from mebench.seeding import generator
+from mebench.support.seeding import generator
 from mebench.state import EngineState
 from mebench.testing import (SMOKE_BUDGET, SMOKE_CHECKPOINTS, _images, register_synthetic, smoke_params,
                              smoke_substitute)
@@ -164,7 +164,7 @@ def test_argmax_needs_probabilities(make_cfg):
 
 def test_the_strategy_is_in_the_plan_and_the_label(make_cfg):
     # contract 10: the plan (and its hash) says what ran; naive plans hash as before the axis existed
-    from mebench.config.plan import resolve
+    from mebench.run.plan import resolve
 
     naive, adaptive = make_cfg(), make_cfg(attack={"adaptive": {"strategy": "multi_query"}})
     assert "adaptive" not in naive.to_dict()["attack"] and "adaptive" not in resolve(naive).to_dict()["attack"]

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from mebench import artifacts, engine
+from mebench.run import artifacts, engine
 
 
 def test_run_folder_layout_and_metrics_csv_columns(make_cfg, tmp_path):

@@ -94,7 +94,7 @@ def test_engine_uses_exactly_the_max_budget(make_cfg):
     # contract 1.1, 17.1: a run queries exactly max_budget images, no more and no fewer
     import json
 
-    from mebench import engine
+    from mebench.run import engine
 
     cfg = make_cfg(budget={"max_budget": 333, "checkpoints": [100, 333]}, attack={"params": {"batch_size": 64}})
     res = engine.run(cfg, progress=False)
@@ -104,7 +104,7 @@ def test_engine_uses_exactly_the_max_budget(make_cfg):
 
 def test_engine_rejects_an_attack_that_proposes_the_wrong_number_of_images(make_cfg, monkeypatch):
     # contract 14.2: propose(k) returns exactly k images
-    from mebench import engine
+    from mebench.run import engine
     from mebench.attacks.random import RandomAttack
     from mebench.types import QueryBatch
 

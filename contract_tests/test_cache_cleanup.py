@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mebench import engine
+from mebench.run import engine
 from mebench.attacks.random import RandomAttack
 from mebench.data.cache import QueryStore
 
@@ -80,7 +80,7 @@ import signal
 import sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with SIGINT ignored
 from pathlib import Path
-from mebench import engine
+from mebench.run import engine
 from mebench.config import parse_config
 from mebench.testing import deep_update, synthetic_config_dict
 from mebench.training.track_a import TrackATrainer

@@ -1,7 +1,7 @@
 """The machine-wide cache folder: where it is, and how an entry is named by its key."""
 from pathlib import Path
 
-from mebench.cachedir import cache_root, entry_path, key_digest
+from mebench.support.cachedir import cache_root, entry_path, key_digest
 
 
 def test_env_names_the_folder(monkeypatch, tmp_path):

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mebench import cli
-from mebench.artifacts import atomic_save_torch
+from mebench.run.artifacts import atomic_save_torch
 from mebench.models.registry import MODELS, Normalized
 from mebench.testing import deep_update, synthetic_config_dict
-from mebench.threads import MAX_DEFAULT_THREADS, default_threads
+from mebench.support.threads import MAX_DEFAULT_THREADS, default_threads
 from mebench.victims.load import FORMAT
 
 FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -323,7 +323,7 @@ def test_victim_train_download_reaches_the_reader_and_errors_suggest_its_flags(t
 
 def test_run_download_sets_dataset_download(synth_cfg_dict, tmp_path, monkeypatch, capsys, keep_torch_threads):
     # contract 2, 15.1: `mebench run --download` is `dataset.download: true`
-    from mebench import engine
+    from mebench.run import engine
 
     seen = []
     monkeypatch.setattr(engine, "run", lambda cfg, progress, say=None, **_: seen.append(cfg) or SimpleNamespace(
@@ -349,7 +349,8 @@ def test_default_threads_policy():
 @pytest.mark.parametrize("flag", [None, "2"])
 def test_run_prints_and_uses_the_thread_count(flag, synth_cfg_dict, tmp_path, monkeypatch, capsys, keep_torch_threads):
     # contract 16, 17.3: the first line names the torch thread count the run uses (summary.json records it)
-    from mebench import engine, threads
+    from mebench.run import engine
+    from mebench.support import threads
 
     monkeypatch.setattr(threads, "default_threads", lambda: 3)
     used = []
@@ -366,7 +367,7 @@ def test_summary_records_the_thread_count(make_cfg, keep_torch_threads):
     # contract 16: summary.json records machine.torch_threads
     import json
 
-    from mebench import engine
+    from mebench.run import engine
 
     torch.set_num_threads(1)
     cfg = make_cfg(budget={"max_budget": 200, "checkpoints": [200]})
@@ -378,7 +379,7 @@ def test_summary_records_the_thread_count(make_cfg, keep_torch_threads):
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="affinity is Linux-only")
 def test_usable_cpus_respects_affinity(monkeypatch):
     # contract 17.3: the default counts only the CPUs this process may run on
-    from mebench import threads
+    from mebench.support import threads
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     monkeypatch.setattr(threads, "_cgroup_cpu_quota", lambda: None)
@@ -401,7 +402,7 @@ def test_a_run_far_beyond_the_machine_is_refused_in_one_line(synth_cfg_dict, tmp
 
 # issue 54: an interrupted run says how to continue it.
 def test_an_interrupted_run_says_how_to_resume(synth_cfg_dict, tmp_path, capsys, monkeypatch):
-    from mebench import engine
+    from mebench.run import engine
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mebench import __version__
-from mebench.identity import code_identity
+from mebench.support.identity import code_identity
 from mebench.attacks import ATTACKS
 from mebench.cli import main
 from mebench.data.profiles import PROFILES

@@ -426,7 +426,7 @@ def test_a_selected_dataset_missing_from_the_data_root_fails_at_collection(grid_
 def test_extra_requirements_match_pyproject():
     # the install command a missing extra prints names exactly the packages pyproject.toml's extra installs
     tomllib = pytest.importorskip("tomllib")
-    from mebench import extras
+    from mebench.support import extras
 
     project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
     for extra, reqs in extras.EXTRA_REQUIREMENTS.items():

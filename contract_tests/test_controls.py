@@ -2,7 +2,7 @@
 
 Every registered attack that declares itself a null control of ``data_free`` is tested
 (parametrized from the registry). Runs on the synthetic SYNTH world of ``mebench.testing``,
-driven by the engine's own query loop (``mebench.engine.collect``) through real oracles.
+driven by the engine's own query loop (``mebench.run.engine.collect``) through real oracles.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mebench.attacks import ATTACKS, AttackContext, dfme
 from mebench.config.validation import validate
 from mebench.data.cache import QueryStore
 from mebench.data.profiles import get_profile
-from mebench.engine import collect
+from mebench.run.engine import collect
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.oracle import Oracle
@@ -156,7 +156,7 @@ def test_capabilities(name, make_cfg):
 # contract 8 / 11.1: through the engine, a control is scored on Track A only and spends the budget exactly.
 @pytest.mark.parametrize("name", CONTROLS)
 def test_engine_run_track_a_only(name, make_cfg):
-    from mebench import engine
+    from mebench.run import engine
 
     cfg = make_cfg(dataset={"data_mode": "data_free", "surrogate_name": None},
                    attack={"name": name, "params": {}}, budget={"max_budget": 301, "checkpoints": [101, 301]})

@@ -1,4 +1,4 @@
-"""The grid's cost estimate (mebench.harness.cost) and this machine's measured step times (mebench.calibration).
+"""The grid's cost estimate (mebench.harness.cost) and this machine's measured step times (mebench.harness.calibration).
 
 The estimate sizes the large-run guard and the line the grid prints before it runs; it must count
 every phase that costs time (issue 40: a grid that printed "about 0.0 CPU-hours" ran 47 minutes).
@@ -131,7 +131,7 @@ def test_maze_clone_cost_uses_the_clone_architecture(make_cfg) -> None:
                    budget={"max_budget": 400, "checkpoints": [400]})
     p = phases(cfg)
     from mebench.attacks import ATTACKS
-    from mebench.config.plan import resolve
+    from mebench.run.plan import resolve
 
     own = ATTACKS.get("maze").training_cost(resolve(cfg).attack.params, (400,), 400)
     assert p["attack"] >= own.substitute_examples * 100 * T / 128  # the WRN step, not the substitute's
@@ -147,7 +147,7 @@ def test_wall_time_divides_among_workers(make_cfg) -> None:
 
 
 def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch) -> None:
-    from mebench import calibration
+    from mebench.harness import calibration
 
     monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path))
     calls = []
@@ -166,7 +166,7 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch) -> None:
 
 
 def test_a_real_probe_measures_positive_times(tmp_path, monkeypatch) -> None:
-    from mebench import calibration
+    from mebench.harness import calibration
 
     monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(calibration, "TRAIN_STEPS", 3)
@@ -181,7 +181,7 @@ def test_estimate_is_within_a_factor_of_two_of_a_real_cell(case, tmp_path, monke
     import torch
     import yaml
 
-    from mebench import engine
+    from mebench.run import engine
     from mebench.config import parse_config
     from mebench.testing import deep_update
 
@@ -211,10 +211,10 @@ def test_estimate_is_within_a_factor_of_two_of_a_real_cell(case, tmp_path, monke
 
 def test_measured_times_follow_the_load(make_cfg, monkeypatch) -> None:
     # a step measured on an idle 2-CPU machine takes about twice as long at load 4 (each process gets half a CPU)
-    import mebench.threads
-    from mebench.calibration import load_factor
+    import mebench.support.threads
+    from mebench.harness.calibration import load_factor
 
-    monkeypatch.setattr(mebench.threads, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(mebench.support.threads, "usable_cpus", lambda: 2)
     assert load_factor(0.5, 4.0, 2) == 2.0 and load_factor(6.0, 3.0, 2) == 0.5 and load_factor(None, 9.0, 2) == 1.0
     cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]})
     at = lambda load: lambda *a: {**fake_times(*a), "load": load}  # noqa: E731
@@ -226,9 +226,9 @@ def test_measured_times_follow_the_load(make_cfg, monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_a_cached_reference_ensemble_is_not_charged_again(make_cfg, one_thread, tmp_path, monkeypatch) -> None:
-    # issue 40: once a run has the ensemble in the disk cache (mebench.refcache), the estimate of the
+    # issue 40: once a run has the ensemble in the disk cache (mebench.probes.transferability.refcache), the estimate of the
     # same plan on this machine drops its training; another ensemble size is not the same ensemble
-    from mebench import engine
+    from mebench.run import engine
 
     monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path / "cache"))  # empty: no earlier test's ensemble
 

@@ -45,7 +45,7 @@ def cuda_config(make_cfg, victim: str, attack: dict[str, Any], other: dict[str, 
 # contract 1.1 / 13: the same budget, checkpoints and metrics on CUDA as on the CPU
 @pytest.mark.parametrize("attack,other", [a[1:] for a in ATTACKS], ids=[a[0] for a in ATTACKS])
 def test_attack_runs_on_cuda_with_cifar_shaped_images(make_cfg, cifar_victim, tmp_path, attack, other):
-    from mebench import engine
+    from mebench.run import engine
     from mebench.config.validation import validate
 
     cfg = cuda_config(make_cfg, cifar_victim, attack, other)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mebench import engine
+from mebench.run import engine
 from mebench.data.augment import grow_pool
 from mebench.data.datasets import load_split
 from mebench.data.profiles import PROFILES, DatasetProfile, get_profile, register_dataset

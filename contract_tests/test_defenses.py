@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mebench import engine
+from mebench.run import engine
 from mebench.defenses import DEFENSES, Defense, DefenseContext, build_answers, make_defense
 from mebench.defenses.mad import Mad, angular_objective
 from mebench.defenses.misinformation import AdaptiveMisinformation

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mebench import engine
+from mebench.run import engine
 from mebench.defenses.detection import benign_streams, feed, shapiro_wilk_w, tpr_at_fpr
 from mebench.defenses.prada import Prada
 from mebench.errors import ConfigError

@@ -13,10 +13,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mebench.benign_traffic import TrafficParams, overlap, stream, traffic
+from mebench.detection.benign import TrafficParams, overlap, stream, traffic
 from mebench.defenses.stateful_knn import StatefulKnn, calibrate
-from mebench.detection_bench import attack_record, evasion_budgets, interleave, watch
-from mebench.detection_rates import bootstrap_tpr_at_fpr, first_crossing, roc_points, score_streams
+from mebench.detection.bench import attack_record, evasion_budgets, interleave, watch
+from mebench.detection.rates import bootstrap_tpr_at_fpr, first_crossing, roc_points, score_streams
 from mebench.errors import ConfigError
 from mebench.testing import _images
 
@@ -191,7 +191,7 @@ def test_knn_page_cites_every_default():
 def test_stateful_knn_in_a_run_changes_nothing_and_is_reported(make_cfg, tmp_path):
     # contract §1.1: a detector neither charges nor alters an answer; the run's detection probe and
     # the report's detection table take it like PRADA
-    from mebench import engine
+    from mebench.run import engine
     from mebench.report.writer import write_report
 
     cfg = make_cfg(run={"seeds": [0]}, cache={"enabled": False},

@@ -1,7 +1,7 @@
 """DFME: every image counted (probes included), exact stops, no spin, determinism, validation.
 
 Runs on the synthetic SYNTH world (1x8x8 images, 4 classes, ``tiny_mlp``) with a
-tiny generator, driven by the engine's own query loop (``mebench.engine.collect``)
+tiny generator, driven by the engine's own query loop (``mebench.run.engine.collect``)
 through the real oracle and query store. A spy module wrapped around the
 victim network counts every image that reaches the victim's forward pass.
 """
@@ -270,7 +270,7 @@ def test_divergence_raises():
 def test_engine_run_records_metadata(make_cfg):
     import json
 
-    from mebench import engine
+    from mebench.run import engine
 
     cfg = make_cfg(dataset={"data_mode": "data_free", "surrogate_name": None},
                    attack={"name": "dfme", "params": dict(TINY)},
@@ -289,7 +289,7 @@ def test_engine_run_records_metadata(make_cfg):
 def test_engine_records_divergence(make_cfg, tmp_path, monkeypatch):
     import json
 
-    from mebench import engine
+    from mebench.run import engine
     from mebench.attacks import dfme
 
     # a student loss that blows up (a rate of 1e30 did it before rates were bounded, issue 52)

@@ -136,7 +136,7 @@ def _row_digests(images: torch.Tensor) -> set[bytes]:
 # it (its proxy queries, its GAN's real batches) is an image of the victim's train or test split
 @pytest.mark.parametrize("name", ["dfms", "dfms_hl"])
 def test_engine_proxy_holds_none_of_the_victims_images(make_cfg, tmp_path, name):
-    from mebench import engine
+    from mebench.run import engine
 
     mode = "hard_top1" if name == "dfms_hl" else "soft_prob"
     cfg = make_cfg(attack={"name": name, "output_mode": mode, "params": TINY}, victim={"output_mode": mode},

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from mebench import engine
+from mebench.run import engine
 from mebench.attacks import AttackContext, base
 from mebench.data.profiles import get_profile
 from mebench.errors import ConfigError, DivergenceError

@@ -25,7 +25,7 @@ PACKAGE = REPO / "examples" / "mebench_example"
 SCRIPT = """
 import csv, json, sys, torch
 torch.set_num_threads(1)
-from mebench import engine
+from mebench.run import engine
 from mebench.config import parse_config
 from mebench.testing import deep_update, synthetic_config_dict
 raw = deep_update(synthetic_config_dict(sys.argv[1]), {

@@ -1,7 +1,7 @@
 """Models fitted once per node per code identity, however many processes ask (issue 37; contract §10: a loaded model equals the fitted one).
 
 Ray tasks on one node, ``-n`` workers and later runs share transferability's reference models and a
-defense's fitted models through ``mebench.fitcache``: one process fits a missing entry under the
+defense's fitted models through ``mebench.support.fitcache``: one process fits a missing entry under the
 entry's ``flock``, the others wait and load it. Here several spawned processes ask for the same
 entry at once (each fit sleeps, so they overlap) and every fit appends one line to a counter file.
 """
@@ -17,7 +17,8 @@ from typing import Optional
 import pytest
 import torch
 
-from mebench import cachedir, fitcache, refcache
+from mebench.support import cachedir, fitcache
+from mebench.probes.transferability import refcache
 from mebench.defenses.misinformation import AdaptiveMisinformation
 from mebench.testing import register_synthetic
 from mebench.training.track_a import TrackATrainer
@@ -140,7 +141,7 @@ def test_a_defense_without_fit_key_is_not_cached(tmp_path, monkeypatch):
 
 def test_a_second_process_meets_the_same_fitted_defense_without_fitting(make_cfg, counter):
     # what a Ray task on the node sees: a fresh Prepared (another process) loads the fit from the disk
-    from mebench import engine
+    from mebench.run import engine
 
     cfg = make_cfg(defense={"name": "adaptive_misinformation", "params": {"tau": 0.8, "epochs": 0.5}},
                    cache={"enabled": False})

@@ -164,7 +164,7 @@ def test_switch_off(monkeypatch):
 def test_track_a_records_its_step(make_cfg):
     import json
 
-    from mebench import engine
+    from mebench.run import engine
 
     cfg = make_cfg(attack={"name": "random"}, budget={"max_budget": 60, "checkpoints": [30, 60]})
     result = engine.run(cfg, progress=False)

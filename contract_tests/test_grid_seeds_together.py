@@ -70,7 +70,7 @@ def test_other_dist_modes_are_refused(bench: pytest.Pytester) -> None:
 
 FAILING = """\
 import pytest
-from mebench import engine
+from mebench.run import engine
 from mebench.training.track_a import TrackATrainer
 from test_cells import test_cell  # the same test, with a Track A trainer that fails when it trains
 
@@ -105,8 +105,8 @@ def test_a_failing_group_reports_each_cell(bench: pytest.Pytester) -> None:
 
 
 COUNTING = """\
-import mebench.config.plan as plan_module
-from mebench import engine
+import mebench.run.plan as plan_module
+from mebench.run import engine
 
 CALLS = []
 REAL = plan_module.resolve, engine.resolve

@@ -1,5 +1,5 @@
 """One thread policy for every way of running cells (issue 40): the grid without --mebench-threads
-uses the count `mebench run` would (``mebench.threads.default_threads``), shared among xdist workers,
+uses the count `mebench run` would (``mebench.support.threads.default_threads``), shared among xdist workers,
 and records it with every cell."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mebench import threads
+from mebench.support import threads
 from mebench.harness.session import grid_threads
 from test_plugin import bench, cells_by_id  # noqa: F401  (the pytester grid folder)
 

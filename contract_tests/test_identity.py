@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from mebench import identity
+from mebench.support import identity
 
 
 def _copy_package(tmp_path: Path) -> Path:
@@ -52,7 +52,7 @@ def test_hidden_files_and_dangling_links_neither_break_nor_change_the_identity(t
 def test_machine_info_names_cpu_model_and_capability() -> None:
     import torch
 
-    from mebench.runinfo import machine_info
+    from mebench.support.runinfo import machine_info
 
     info = machine_info("cpu")
     assert isinstance(info["cpu_model"], str)

@@ -18,9 +18,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mebench"
 #: fidelity and probes import one another. The victim format registry's hooks call into the formats module, which reads
 #: the registry's tables.
 KNOWN_CIRCLES = [
-    frozenset({"mebench.config.plan", "mebench.config.validation", "mebench.fidelity", "mebench.probes",
+    frozenset({"mebench.run.plan", "mebench.config.validation", "mebench.probes.transferability.fidelity", "mebench.probes",
                "mebench.probes.defense", "mebench.probes.health", "mebench.probes.init_variance",
-               "mebench.probes.tracks", "mebench.probes.transfer", "mebench.transfer", "mebench.world"}),
+               "mebench.probes.tracks", "mebench.probes.transfer", "mebench.probes.transferability.transfer", "mebench.run.world"}),
     frozenset({"mebench.victims.formats", "mebench.victims.registry"}),
 ]
 

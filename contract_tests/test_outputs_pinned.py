@@ -52,7 +52,7 @@ def pinned_victim(tmp_path_factory, one_thread) -> Path:
 
 def measured(tmp_path: Path, victim: Path, case: str) -> dict:
     """Run one case (seed 0, one thread) and return what its measurements wrote."""
-    from mebench import engine
+    from mebench.run import engine
     from mebench.config import parse_config
 
     raw = deep_update(synthetic_config_dict(tmp_path, victim), {"budget": BUDGET, **CASES[case]})

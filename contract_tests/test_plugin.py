@@ -271,7 +271,7 @@ def test_cells_report_progress_lines(bench: pytest.Pytester, workers: list[str])
 
 BROKEN = """\
 import pytest
-from mebench import engine
+from mebench.run import engine
 from test_cells import test_cell  # the same test, with a broken Track A trainer
 
 
@@ -298,7 +298,7 @@ def track_a_trainer(run_config, victim):
 
 COLLAPSING = """\
 import pytest
-from mebench import engine
+from mebench.run import engine
 from mebench.testing import CollapsingTrainer
 from test_cells import test_cell  # the same test, with a Track A substitute that answers one class
 
@@ -419,10 +419,10 @@ def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
 def test_large_run_guard_uses_the_calibrated_estimate(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 40: a small budget on a slow machine (or a slow architecture) is still refused when the
     # calibrated estimate is above the bound, and the printed line states the measured wall time
-    import mebench.calibration
+    import mebench.harness.calibration
 
     slow = {"train_step_s": 120.0, "forward_image_s": 0.5, "measured_at": "2026-01-01T00:00"}
-    monkeypatch.setattr(mebench.calibration, "step_times", lambda *a, **k: {**slow, "path": "/c/calibration/x.json"})
+    monkeypatch.setattr(mebench.harness.calibration, "step_times", lambda *a, **k: {**slow, "path": "/c/calibration/x.json"})
     cell = ["-k", "random and seed and soft_prob and s0"]
     refused = bench.runpytest("benchmarks", "-q", *cell)
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
@@ -430,7 +430,7 @@ def test_large_run_guard_uses_the_calibrated_estimate(bench: pytest.Pytester, mo
     assert "1 grid cell selected" in line and "calibrated 2026-01-01T00:00, cached in /c/calibration" in line
     assert "track_a" in line and "wall on 1 worker" in line  # 80 steps x 120 s: ~2.7 h, above 2 CPU-hours
     fast = {**slow, "train_step_s": 0.001, "forward_image_s": 1e-6}
-    monkeypatch.setattr(mebench.calibration, "step_times", lambda *a, **k: fast)
+    monkeypatch.setattr(mebench.harness.calibration, "step_times", lambda *a, **k: fast)
     assert bench.runpytest("benchmarks", "-q", "--collect-only", *cell).ret == pytest.ExitCode.OK
     assert bench.runpytest("benchmarks", "-q", *cell).ret == pytest.ExitCode.OK
 
@@ -484,7 +484,7 @@ def test_loading_the_plugin_imports_neither_torch_nor_hypothesis_settings() -> N
     import sys
 
     code = ("import sys, mebench.harness.plugin; "
-            "print(sorted(m for m in ('torch', 'pandas', 'mebench.engine', 'hypothesis') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'pandas', 'mebench.run.engine', 'hypothesis') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

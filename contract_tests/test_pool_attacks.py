@@ -3,7 +3,7 @@ odd remainders, what each query is, reproducibility and the reference values (th
 Track B depends on the test split: ``test_track_b_test_split.py``).
 
 Tiny synthetic pools (1x4x4 images) and tiny MLPs, driven by the engine's own query loop
-(``mebench.engine.collect``) through the real oracle and query store.
+(``mebench.run.engine.collect``) through the real oracle and query store.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from mebench.data.cache import QueryStore
 from mebench.data.pools import Pool
 from mebench.data.profiles import get_profile
 from mebench.docs import cited_defaults
-from mebench.engine import collect
+from mebench.run.engine import collect
 from mebench.errors import ConfigError
 from mebench.oracle import Oracle
 from mebench.state import EngineState

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from mebench import artifacts, engine
+from mebench.run import artifacts, engine
 from mebench.config import parse_config
 from mebench.errors import ConfigError
-from mebench.config.plan import resolve
+from mebench.run.plan import resolve
 from mebench.probes import MEASUREMENT_COLUMNS, PROBES, Probe, measurement, register_probe
 from mebench.testing import deep_update, synthetic_config_dict
 from mebench.config.validation import validate

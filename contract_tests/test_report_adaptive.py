@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mebench.artifacts import write_metrics_csv
+from mebench.run.artifacts import write_metrics_csv
 from mebench.report.adaptive import adaptive_blocks, adaptive_matrix
 from mebench.report.load import load_results
 

@@ -16,7 +16,7 @@ from typing import Callable
 import pandas as pd
 import pytest
 
-from mebench.artifacts import write_metrics_csv
+from mebench.run.artifacts import write_metrics_csv
 from mebench.report.writer import write_report
 
 DAMAGED = 0.999

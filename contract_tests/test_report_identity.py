@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mebench.artifacts import write_metrics_csv
+from mebench.run.artifacts import write_metrics_csv
 from mebench.report.writer import write_report
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mebench.artifacts import AGGREGATE_COLUMNS, write_metrics_csv
+from mebench.run.artifacts import AGGREGATE_COLUMNS, write_metrics_csv
 from mebench.report.cli import report_main
 from mebench.report.writer import write_report
 

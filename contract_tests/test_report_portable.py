@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mebench.artifacts import write_metrics_csv
+from mebench.run.artifacts import write_metrics_csv
 from mebench.report.defenses import defense_matrix
 from mebench.report.load import load_results
 from mebench.report.paths import portable_grid_report, resolve_stored

@@ -9,7 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mebench import engine
+from mebench.run import engine
 from mebench.data.cache import QueryStore
 from mebench.training.loop import OptimizerSpec, steps_for_budget
 from mebench.training.track_a import TrackASpec, TrackATrainer

@@ -22,11 +22,12 @@ import pytest
 import torch
 import yaml
 
-from mebench import artifacts, identity
+from mebench.run import artifacts
+from mebench.support import identity
 from mebench.attacks import ATTACKS
 from mebench.attacks.random import RandomAttack
 from mebench.cli import main
-from mebench.naming import QUERY_CACHE_DIR, make_stamp_dir
+from mebench.support.naming import QUERY_CACHE_DIR, make_stamp_dir
 from test_plugin import make_grid_folder
 
 pytest_plugins = ["pytester"]
@@ -360,12 +361,12 @@ def _dead_pid() -> int:
 
 # issue 52: a second `--resume` of a folder another run is working in stops at once, in one line naming it.
 def test_a_second_resume_of_a_busy_folder_is_one_line(run_config, tmp_path, capsys):
-    from mebench import artifacts
+    from mebench.run import artifacts
 
     assert run_cli(run_config) == 0
     (run_dir,) = (tmp_path / "runs" / "synth").iterdir()
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from mebench.artifacts import run_folder_lock\n"
+        "import sys, time; from pathlib import Path; from mebench.run.artifacts import run_folder_lock\n"
         f"with run_folder_lock(Path({str(run_dir)!r})):\n    print('held', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -386,7 +387,7 @@ def test_a_second_resume_of_a_busy_folder_is_one_line(run_config, tmp_path, caps
 def test_a_full_disk_leaves_a_failed_seed_not_a_running_one(make_cfg, monkeypatch, also_summary):
     import errno
 
-    from mebench import artifacts, engine
+    from mebench.run import artifacts, engine
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -8,8 +8,8 @@ import os
 import socket
 from pathlib import Path
 
-from mebench.naming import QUERY_CACHE_OWNER, cache_owner_alive, cache_owner_dead, latest_stamp_dir
-from mebench.resume import recorded_threads
+from mebench.support.naming import QUERY_CACHE_OWNER, cache_owner_alive, cache_owner_dead, latest_stamp_dir
+from mebench.run.resume import recorded_threads
 
 
 def test_latest_folder_orders_clash_suffixes_as_numbers(tmp_path: Path) -> None:

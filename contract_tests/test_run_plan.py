@@ -1,4 +1,4 @@
-"""The resolved run plan (``mebench.config.plan``): what ran is recorded whole and hashed (issue 35).
+"""The resolved run plan (``mebench.run.plan``): what ran is recorded whole and hashed (issue 35).
 
 Also pins the bytes of ``metrics.csv`` of five tiny runs to the digests the code produced before
 the plan existed (``_tiny_runs.py``): resolving a plan must not change a single number. The digests
@@ -23,12 +23,13 @@ import pytest
 
 import _pins
 from _tiny_runs import BUDGET, CASES, REAL_CASES, real_metrics_digest, tiny_metrics, tiny_metrics_digest
-from mebench import engine, identity
-from mebench.artifacts import METRICS_COLUMNS
+from mebench.run import engine
+from mebench.support import identity
+from mebench.run.artifacts import METRICS_COLUMNS
 from mebench.attacks.knockoff import KnockoffParams
 from mebench.defenses import DEFENSES
 from mebench.metricspec import METRICS
-from mebench.config.plan import canonical_json, first_difference, identity_hash, resolve, stale_reason
+from mebench.run.plan import canonical_json, first_difference, identity_hash, resolve, stale_reason
 from mebench.testing import synthetic_victim
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,7 @@ def test_identity_hash_covers_plan_code_and_threads():
 
 # issue 35: the plan and the resume rule import no torch (they belong to the torch-free config layer).
 def test_plan_and_resume_modules_import_no_torch():
-    code = "import sys, mebench.config.plan, mebench.resume; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, mebench.run.plan, mebench.run.resume; assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

@@ -11,8 +11,8 @@ import json
 import pytest
 import torch
 
-from mebench import engine, together
-from mebench.together import default_for
+from mebench.run import engine, together
+from mebench.run.together import default_for
 
 
 def metrics(result):
@@ -101,7 +101,7 @@ def test_each_seed_keeps_its_random_streams():
 
     import numpy as np
 
-    from mebench.seeding import seed_everything
+    from mebench.support.seeding import seed_everything
     from mebench.training.loop import OptimizerSpec
     from mebench.training.track_a import TrackASpec, TrackATrainer
 

@@ -9,7 +9,7 @@ import torch
 
 import mebench.models  # noqa: F401  (registers lenet5)
 from mebench.config import parse_config
-from mebench.config.plan import resolve
+from mebench.run.plan import resolve
 from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.testing import deep_update

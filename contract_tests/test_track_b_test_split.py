@@ -51,7 +51,7 @@ ATTACKS = [
 
 def fingerprint(cfg, out: Path, tamper: Optional[Callable[[Any], None]] = None) -> dict[str, Any]:
     """Run seed 0 of ``cfg``; the queries, answers, Track B weights per checkpoint and the test split used."""
-    from mebench import engine
+    from mebench.run import engine
 
     prep = engine.prepare(cfg)
     seen: dict[str, Any] = {"x": [], "y": [], "b": {}}

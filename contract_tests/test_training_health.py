@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from mebench import engine
+from mebench.run import engine
 from mebench.report import write_report
 from mebench.testing import CollapsingTrainer
 from mebench.training.health import COLLAPSE_SHARE, LossCurve, assess, top_class_share

@@ -1,4 +1,4 @@
-"""Transferability (``mebench.transfer``): crafted on the substitute, scored on the victim.
+"""Transferability (``mebench.probes.transferability.transfer``): crafted on the substitute, scored on the victim.
 
 FGSM is one ε·sign(∇) step, PGD never leaves the ε-ball or the pixel range, only images the
 victim classifies correctly are used, and the victim is reached outside the oracle: the budget
@@ -17,11 +17,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mebench import engine, world
+from mebench.run import engine, world
 from mebench.errors import ConfigError
-from mebench.fidelity import FidelityEvaluator, uniform_noise
+from mebench.probes.transferability.fidelity import FidelityEvaluator, uniform_noise
 from mebench.models.registry import build_model
-from mebench.transfer import TransferEvaluator, TransferSettings, input_grad, correct_subset, fgsm, pgd
+from mebench.probes.transferability.transfer import TransferEvaluator, TransferSettings, input_grad, correct_subset, fgsm, pgd
 from mebench.config.validation import validate
 from mebench.victims.wrapper import FrozenVictim
 

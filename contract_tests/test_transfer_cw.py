@@ -1,4 +1,4 @@
-"""Carlini–Wagner L2 in the transfer probe (``mebench.transfer.cw_l2``; contract §19's FGSM/PGD/CW).
+"""Carlini–Wagner L2 in the transfer probe (``mebench.probes.transferability.transfer.cw_l2``; contract §19's FGSM/PGD/CW).
 
 Checked against the behaviour the attack is defined by, where it is known in closed form: on a
 linear classifier the smallest L2 perturbation that flips an image is its distance to the decision
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from mebench.models.registry import build_model
-from mebench.transfer import METHODS, TransferEvaluator, TransferSettings, cw_l2
+from mebench.probes.transferability.transfer import METHODS, TransferEvaluator, TransferSettings, cw_l2
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)

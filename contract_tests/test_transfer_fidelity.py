@@ -1,6 +1,6 @@
 """Transfer-relevant fidelity, the cached reference ensemble, the init-variance probe and the
-report's transfer page (issue 44; ``mebench.fidelity``, ``mebench.refcache``,
-``mebench.init_variance``, ``mebench.report.transfer``)."""
+report's transfer page (issue 44; ``mebench.probes.transferability.fidelity``, ``mebench.probes.transferability.refcache``,
+``mebench.probes.variance``, ``mebench.report.transfer``)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import pandas as pd
 import pytest
 import torch
 
-from mebench import engine, refcache
-from mebench.fidelity import FidelityEvaluator, mean_cosine, uniform_noise
-from mebench.init_variance import InitOnlyTrainer, init_seeds, measure
+from mebench.run import engine
+from mebench.probes.transferability import refcache
+from mebench.probes.transferability.fidelity import FidelityEvaluator, mean_cosine, uniform_noise
+from mebench.probes.variance import InitOnlyTrainer, init_seeds, measure
 from mebench.models.registry import build_model
 from mebench.report.transfer import transfer_table
 from mebench.training.loop import OptimizerSpec
 from mebench.training.track_a import TrackASpec, TrackATrainer
-from mebench.transfer import TransferEvaluator, TransferSettings
+from mebench.probes.transferability.transfer import TransferEvaluator, TransferSettings
 from mebench.victims.wrapper import FrozenVictim
 
 SHAPE = (1, 8, 8)

@@ -9,7 +9,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mebench import cli, engine
+from mebench import cli
+from mebench.run import engine
 from mebench.config import parse_config
 from mebench.config.validation import load_config, validate
 from mebench.errors import ConfigError

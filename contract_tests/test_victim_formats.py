@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 
-from mebench import engine
+from mebench.run import engine
 from mebench.errors import ConfigError, SlowVictimWarning, VictimLoadError
 from mebench.config.validation import validate
 from mebench.victims.formats import build_victim, export_victim, measure_throughput, throughput_warning

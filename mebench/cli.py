@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mebench.errors import ConfigDeprecationWarning, ConfigError, MebenchError, interrupt_on_sigterm
-from mebench.options import int_list
-from mebench.progress import stderr_lines
+from mebench.support.options import int_list
+from mebench.support.progress import stderr_lines
 
 #: Seconds between two progress lines of one phase when stderr is not a terminal.
 LOG_INTERVAL_S = 60.0
@@ -50,7 +50,7 @@ class _VersionAction(argparse.Action):
                          help="print the code identity (version + source digest) and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        from mebench.identity import code_identity
+        from mebench.support.identity import code_identity
 
         print(f"mebench {code_identity()}")
         parser.exit()
@@ -135,7 +135,7 @@ def _set_threads(threads: "int | None") -> str:
     """
     import torch
 
-    from mebench.threads import default_threads
+    from mebench.support.threads import default_threads
 
     if threads is not None and threads < 1:
         raise ConfigError("--threads", threads, "must be >= 1")
@@ -157,10 +157,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides=overrides)
     resume = _resume_dir(args, cfg)
     if resume is not None and args.threads is None:  # keep the resumed seeds' count (the policy follows the load)
-        from mebench.resume import recorded_threads
+        from mebench.run.resume import recorded_threads
 
         args.threads = recorded_threads(sorted(resume.glob("seed_*/summary.json")))
-    from mebench import engine  # torch: only once the config is known to be good
+    from mebench.run import engine  # torch: only once the config is known to be good
 
     threads = _set_threads(args.threads)
     if not args.allow_large:
@@ -196,7 +196,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     """The README's first result on a fresh machine: data (fetched into the default data root unless
     one is given), the reference victim (trained from its recipe if missing), Random on MNIST at 1k
     and 10k queries, seed 0; run again, it reuses what it made (``--resume``)."""
-    from mebench.artifacts import latest_run_dir
+    from mebench.run.artifacts import latest_run_dir
     from mebench.config.validation import load_config
     from mebench.report.writer import write_report
 
@@ -267,10 +267,10 @@ def _say_if_already_done(cfg: Any) -> None:
     the flag that would reuse it; this run goes on into a new folder."""
     import torch
 
-    from mebench.artifacts import latest_run_dir
-    from mebench.config.plan import resolve
-    from mebench.identity import code_identity
-    from mebench.resume import check_folder
+    from mebench.run.artifacts import latest_run_dir
+    from mebench.run.plan import resolve
+    from mebench.support.identity import code_identity
+    from mebench.run.resume import check_folder
 
     last = latest_run_dir(cfg.run.output_dir, cfg.run.name)
     if last is None:
@@ -286,7 +286,7 @@ def _refuse_if_far_beyond_the_machine(cfg: Any) -> None:
     seeds; beyond ``RUN_LIMIT_HOURS`` of wall time the run is refused in one line."""
     import torch
 
-    from mebench.config.plan import resolve
+    from mebench.run.plan import resolve
     from mebench.errors import RunTooLarge
     from mebench.harness.cost import estimate, human
 
@@ -310,7 +310,7 @@ def _resume_dir(args: argparse.Namespace, cfg: Any) -> Optional[Path]:
         return args.resume_from
     if not args.resume:
         return None
-    from mebench.artifacts import latest_run_dir
+    from mebench.run.artifacts import latest_run_dir
 
     found = latest_run_dir(cfg.run.output_dir, cfg.run.name)
     if found is None:
@@ -373,7 +373,7 @@ def _train_one(args: argparse.Namespace, recipe: Any, out: Optional[Path]) -> in
 
 
 def cmd_victim_export(args: argparse.Namespace) -> int:
-    from mebench.extras import require
+    from mebench.support.extras import require
 
     if not args.checkpoint.is_file():
         raise ConfigError("checkpoint", str(args.checkpoint), "not found (train one with `mebench victim train RECIPE`)")
@@ -480,7 +480,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"mebench: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
         return 1
     except ImportError as e:  # a package of an optional extra, imported deep inside a library
-        from mebench.extras import extra_of, missing_message
+        from mebench.support.extras import extra_of, missing_message
 
         package = extra_of(e)
         if package is None:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.inference import eval_logits
+from mebench.support.inference import eval_logits
 from mebench.training.health import top_class_share
 from mebench.metricspec import AGREEMENT_AUC, METRIC_NAMES, METRICS, MetricSpec, metric_spec  # noqa: F401 (torch-free table)
 from mebench.types import Metrics

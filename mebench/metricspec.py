@@ -1,7 +1,7 @@
 """The table of reported metrics (contract §1.3), torch-free.
 
 Moved here from :mod:`mebench.metrics` (which re-exports every name) so that readers of results
-(``mebench report``, :mod:`mebench.artifacts`' CSV schema) need no torch: the metrics are computed
+(``mebench report``, :mod:`mebench.run.artifacts`' CSV schema) need no torch: the metrics are computed
 in :mod:`mebench.metrics`, but what they are called, which way is better and how seeds combine is
 plain data.
 """

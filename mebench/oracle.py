@@ -28,7 +28,7 @@ import torch
 
 from mebench.errors import BudgetExhausted, OracleInputError
 from mebench.types import OUTPUT_MODES, OracleOutput
-from mebench.inference import chunked
+from mebench.support.inference import chunked
 from mebench.victims.wrapper import FrozenVictim
 
 

@@ -179,10 +179,10 @@ class SpyNet(nn.Module):
 
 
 def drive_attack(attack: Any, victim_net: nn.Module, shape: tuple[int, ...], classes: int):
-    """Run ``attack`` through the engine's own query loop (``mebench.engine.collect``) against
+    """Run ``attack`` through the engine's own query loop (``mebench.run.engine.collect``) against
     ``victim_net`` behind the real oracle and query store, with Track B taken at every checkpoint.
     Returns ``(oracle, state, batches, models)``: every observed batch, and Track B by checkpoint."""
-    from mebench.engine import collect
+    from mebench.run.engine import collect
 
     oracle, state, batches = loop_parts(attack, victim_net, shape, classes)
     models: dict[int, nn.Module] = {}
@@ -253,8 +253,8 @@ def smoke_run(name: str, victim_net: nn.Module, seed: int = 0, budget: int = SMO
     ``track_b`` (per checkpoint, the Track B model's weights, or ``None``)."""
     from mebench.attacks import ATTACKS, AttackContext
     from mebench.data.pools import Pool
-    from mebench.engine import collect
-    from mebench.seeding import generator, seed_everything
+    from mebench.run.engine import collect
+    from mebench.support.seeding import generator, seed_everything
 
     register_synthetic()
     cls = ATTACKS.get(name)

@@ -20,8 +20,8 @@ from torch import nn
 from mebench.attacks import selection as sel
 from mebench.attacks.base import Attack, AttackContext, TrainingCost, register_attack
 from mebench.errors import ConfigError, DivergenceError
-from mebench.seeding import derive_seed
-from mebench.inference import eval_logits
+from mebench.support.seeding import derive_seed
+from mebench.support.inference import eval_logits
 from mebench.training.loop import OPTIMIZER_NAMES, OptimizerSpec, make_optimizer
 from mebench.training.losses import loss_for
 from mebench.types import OracleOutput, QueryBatch

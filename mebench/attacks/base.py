@@ -25,7 +25,7 @@ from torch import nn
 
 from mebench.errors import ConfigError, DivergenceError
 from mebench.registry import Registry
-from mebench.seeding import derive_seed
+from mebench.support.seeding import derive_seed
 from mebench.training.loop import OptimizerSpec, train_epochs
 from mebench.training.losses import loss_for
 from mebench.types import OUTPUT_MODES, OracleOutput, QueryBatch

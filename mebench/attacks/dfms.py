@@ -22,7 +22,7 @@ from mebench.attacks.dfme import draw_seed
 from mebench.data.augment import auto_augment, crop_flip
 from mebench.errors import ConfigError, DivergenceError
 from mebench.models.generators import seeded_generator, to_pixels
-from mebench.seeding import derive_seed
+from mebench.support.seeding import derive_seed
 from mebench.training.losses import loss_for
 from mebench.types import OracleOutput, QueryBatch
 

@@ -18,7 +18,7 @@ from torch import nn
 from mebench.attacks.base import Attack, AttackContext, TrainingCost, register_attack, train_fresh
 from mebench.attacks.random import PoolPermutation
 from mebench.errors import ConfigError
-from mebench.seeding import derive_seed
+from mebench.support.seeding import derive_seed
 from mebench.training.losses import kl_to_victim
 from mebench.types import OracleOutput, QueryBatch
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.inference import chunked
+from mebench.support.inference import chunked
 
 ImageLoader = Callable[[torch.Tensor], torch.Tensor]
 

@@ -40,7 +40,7 @@ from mebench.attacks import selection as sel
 from mebench.attacks.base import (Attack, AttackContext, TrainingCost, check_param_ranges, fresh_substitute,
                                   register_attack)
 from mebench.errors import ConfigError, DivergenceError
-from mebench.seeding import derive_seed
+from mebench.support.seeding import derive_seed
 from mebench.training.losses import loss_for
 from mebench.types import OracleOutput, QueryBatch
 

@@ -20,7 +20,7 @@ import yaml
 
 from mebench.config import builder
 from mebench.errors import ConfigDeprecationWarning, ConfigError
-from mebench.serial import config_hash, jsonable
+from mebench.support.serial import config_hash, jsonable
 from mebench.training.spec import FastSpec, OptimizerSpec
 from mebench.types import OUTPUT_MODES
 from mebench.victims.registry import reads_file

@@ -27,7 +27,7 @@ from mebench.data.profiles import PROFILES
 from mebench.errors import ConfigError, VictimLoadError
 from mebench.registry import unknown_name_message
 from mebench.training.spec import OPTIMIZER_NAMES
-from mebench.naming import LABEL_RE
+from mebench.support.naming import LABEL_RE
 from mebench.types import DATA_MODES, OUTPUT_MODES
 from mebench.victims.registry import FORMATS, LAYOUTS, OUTPUTS, reads_file
 

@@ -45,9 +45,9 @@ OFFLINE_ENV = "MEBENCH_OFFLINE"
 
 
 def default_data_root() -> Path:
-    """The per-user data folder used when no data root is given: ``<cache>/data`` (``mebench.cachedir``:
+    """The per-user data folder used when no data root is given: ``<cache>/data`` (``mebench.support.cachedir``:
     ``$MEBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/mebench`` or ``~/.cache/mebench``)."""
-    from mebench.cachedir import cache_root
+    from mebench.support.cachedir import cache_root
 
     return cache_root() / "data"
 

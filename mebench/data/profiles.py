@@ -43,7 +43,7 @@ class DatasetProfile:
     track_a_batch_size: int = 128
     steps_coeff_c: float = 0.2
     notes: str = ""
-    #: Transferability (``mebench.transfer``): L∞ ε, PGD steps and step size (MNIST-like defaults:
+    #: Transferability (``mebench.probes.transferability.transfer``): L∞ ε, PGD steps and step size (MNIST-like defaults:
     #: 0.3, 40 steps of 0.01, as in the MNIST adversarial-robustness literature).
     transfer_eps: float = 0.3
     pgd_steps: int = 40

@@ -94,7 +94,7 @@ class Defense(AnswerTransform):
     @classmethod
     def fit_key(cls, params: Any) -> Optional[dict[str, Any]]:
         """The parameters ``fit`` depends on, as JSON, when the fit is worth keeping on disk across
-        runs and tasks (``mebench.fitcache``; it must return a model of ``ctx.make_model()``'s shape);
+        runs and tasks (``mebench.support.fitcache``; it must return a model of ``ctx.make_model()``'s shape);
         None (the default): fitted anew in each process. The victim, data, device, threads and code
         identity join the key there."""
         return None

@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from mebench.defenses.base import Defense
-from mebench.detection_rates import first_crossing, tpr_at_fpr  # noqa: F401  (torch-free for the report)
-from mebench.seeding import generator
+from mebench.detection.rates import first_crossing, tpr_at_fpr  # noqa: F401  (torch-free for the report)
+from mebench.support.seeding import generator
 
 
 def shapiro_wilk_w(values: Sequence[float] | np.ndarray) -> float:

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from mebench.defenses.base import DEFENDER_SEED, Defense, DefenseContext, DefenseCost, fit_steps, register_defense
 from mebench.errors import ConfigError
-from mebench.seeding import generator
+from mebench.support.seeding import generator
 from mebench.training.loop import train_steps
 from mebench.training.spec import OptimizerSpec
 

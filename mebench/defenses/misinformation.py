@@ -51,7 +51,7 @@ from mebench.defenses.base import DEFENDER_SEED, DefenseContext, Defense, Defens
 from mebench.defenses.outliers import (NO_OUTLIERS, OUTLIER_SEED, SYNTHETIC_SOURCES, check_outlier_source,
                                        outlier_images, victim_top_class)
 from mebench.errors import ConfigError, DivergenceError
-from mebench.seeding import generator
+from mebench.support.seeding import generator
 from mebench.training.loop import OptimizerSpec, batch_indices, train_steps
 from mebench.victims.load import sha256_file
 from mebench.victims.snapshots import load_snapshots, snapshot_path

@@ -41,7 +41,7 @@ import torch
 from mebench.defenses.base import DEFENDER_SEED, DefenseContext, register_defense
 from mebench.defenses.detection import Detector
 from mebench.errors import ConfigError
-from mebench.seeding import generator
+from mebench.support.seeding import generator
 
 
 @register_defense

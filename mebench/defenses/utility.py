@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from mebench.inference import chunked
+from mebench.support.inference import chunked
 from mebench.metrics import Evaluator
 from mebench.oracle import AnswerPipeline
 

@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence
 
 import pytest
 
-from mebench.naming import latest_stamp_dir
+from mebench.support.naming import latest_stamp_dir
 
 
 # ------------------------------------------------------------------ devices
@@ -117,20 +117,20 @@ def _resumed_threads(resume: bool, cells_dir: Optional[Path]) -> Optional[int]:
     the machine's load does not make them stale), if they record one."""
     if not resume or cells_dir is None or not cells_dir.is_dir():
         return None
-    from mebench.resume import recorded_threads
+    from mebench.run.resume import recorded_threads
 
     return recorded_threads(sorted(cells_dir.glob("*/summary.json")))
 
 
 def grid_threads(workers: object = None, default: Optional[int] = None) -> int:
     """The grid's torch thread count without ``--mebench-threads``: ``mebench run``'s policy
-    (``mebench.threads.default_threads``) shared among the xdist workers that run cells at once.
+    (``mebench.support.threads.default_threads``) shared among the xdist workers that run cells at once.
 
     One policy for every way of running cells: a serial grid uses exactly the count ``mebench run``
     would; ``-n N`` gives each worker ``default // N`` (at least 1), so N cells never fight over the
     cores the policy found free. The controller resolves it once and hands it to its workers.
     """
-    from mebench.threads import default_threads
+    from mebench.support.threads import default_threads
 
     count = default_threads() if default is None else default
     n = workers if isinstance(workers, int) and workers > 0 else 1

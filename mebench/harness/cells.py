@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 import pytest
 
 from mebench.harness.grid import Cell
-from mebench.serial import jsonable
+from mebench.support.serial import jsonable
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
-    from mebench.engine import SeedResult
-    from mebench.progress import Say
+    from mebench.run.engine import SeedResult
+    from mebench.support.progress import Say
 
 RECORD_KEY = "mebench_cell"
 CELL_ID_KEY = "mebench_cell_id"
@@ -162,9 +162,9 @@ class CellRecorder:
               error: Optional[str] = None) -> dict[str, Any]:
         import torch
 
-        from mebench import artifacts
-        from mebench.identity import code_identity
-        from mebench.config.plan import identity_hash
+        from mebench.run import artifacts
+        from mebench.support.identity import code_identity
+        from mebench.run.plan import identity_hash
 
         summary = result.summary if result is not None else read_json(self.artifacts_dir / "summary.json")
         c = self.cell
@@ -206,8 +206,8 @@ def open_store(bench: Any, run_config: "RunConfig", victim: Any, directory: Path
     """A cell's temporary query store (§11.2) in ``directory`` (a leftover one removed first), audited for
     the D_B prefix rule and marked with the run's token, so the controller can remove it should the
     worker be killed before the cell's own cleanup."""
-    from mebench import engine
-    from mebench.naming import mark_cache_owner
+    from mebench.run import engine
+    from mebench.support.naming import mark_cache_owner
 
     shutil.rmtree(directory, ignore_errors=True)
     store = PrefixAudit(engine.make_store(run_config, victim, directory))

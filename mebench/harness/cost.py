@@ -1,7 +1,7 @@
 """The wall time a selection of cells will take on this machine, phase by phase.
 
 Every phase that costs time is a named term, in seconds of one cell at the thread count the cells
-will use, from step times measured on this machine (``mebench.calibration``; ``T(arch)`` below is
+will use, from step times measured on this machine (``mebench.harness.calibration``; ``T(arch)`` below is
 the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
 
 - ``queries``: ``max_budget * F(victim)``, plus the defense's own work per answer in victim forwards, as
@@ -17,7 +17,7 @@ the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
   victim's forward on each method's images;
 - ``transfer_reference``: each member of the independent reference ensemble, ``S(train_size) *
   T(substitute)``, trained once per spec (counted once per worker in a grid); ``reference_cached=True``
-  drops the term when the members come from the disk cache (``mebench.refcache``);
+  drops the term when the members come from the disk cache (``mebench.probes.transferability.refcache``);
 - ``init_variance`` (counted in ``track_a``): ``inits`` more Track A trainings at the largest B;
 - ``defense_fit``: the defender's own model fit, ``fit_steps * T(victim)`` as the defense declares it
   (``Defense.cost``), once per process and parameters;
@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-#: Gradient steps of one CW crafting at mebench.transfer's defaults (cw_binary_steps x cw_steps).
+#: Gradient steps of one CW crafting at mebench.probes.transferability.transfer's defaults (cw_binary_steps x cw_steps).
 CW_STEPS = 3 * 50
 
 #: A selection above either bound needs ``--budgets`` or ``--mebench-allow-large``.
@@ -117,9 +117,9 @@ def estimate(runs: Iterable[Any], *, workers: int = 1, threads: Optional[int] = 
     cache per plan (``refcache.ensemble_cached``); True or False says it for every plan."""
     import torch
 
-    from mebench.calibration import load_now
-    from mebench.config.plan import resolve
-    from mebench.threads import usable_cpus
+    from mebench.harness.calibration import load_now
+    from mebench.run.plan import resolve
+    from mebench.support.threads import usable_cpus
     from mebench.training.loop import steps_for_budget
 
     threads = threads or torch.get_num_threads()
@@ -184,7 +184,7 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = 
                      + scoring * transfer.images * vic["forward_image_s"])
         s["transfer"] = (n_ckpt * (1 + track_b) + 1 + transfer.references) * per_model
         if reference_cached is None:
-            from mebench.refcache import ensemble_cached, ensemble_key
+            from mebench.probes.transferability.refcache import ensemble_cached, ensemble_key
 
             reference_cached = ensemble_cached(ensemble_key(plan, transfer.references, probe.device, probe.threads))
         if not reference_cached:
@@ -217,7 +217,7 @@ class _Probe:
         self.seen: dict[tuple, dict] = {}
 
     def __call__(self, arch: str, shape: tuple, num_classes: int) -> dict:
-        from mebench.calibration import load_factor, step_times
+        from mebench.harness.calibration import load_factor, step_times
 
         key = (arch, shape, num_classes)
         if key not in self.seen:

@@ -34,14 +34,14 @@ from typing import Any, Iterator, Optional
 import pytest
 import torch
 
-from mebench import engine
+from mebench.run import engine
 from mebench.harness import seedgroups
 from mebench.harness.cells import CellRecorder, PrefixAudit, cell_recorder, open_store
 from mebench.config import RunConfig
 from mebench.errors import interrupt_on_sigterm
 from mebench.harness.grid import Cell
 from mebench.metrics import METRICS
-from mebench.naming import QUERY_CACHE_DIR
+from mebench.support.naming import QUERY_CACHE_DIR
 from mebench.oracle import Oracle
 from mebench.harness.plugin import bench_session
 from mebench.training.track_a import TrackATrainer

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mebench.harness.grid import Cell
-from mebench.naming import QUERY_CACHE_DIR, cache_owner_alive, cache_owner_token, make_stamp_dir, sweep_dead_caches
+from mebench.support.naming import QUERY_CACHE_DIR, cache_owner_alive, cache_owner_token, make_stamp_dir, sweep_dead_caches
 
 
 class RunFolders:

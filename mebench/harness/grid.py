@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import yaml
 
 from mebench.errors import GridError, UntrainedVictims  # noqa: F401  (defined torch-free there; re-exported)
-from mebench.naming import LABEL_RE
+from mebench.support.naming import LABEL_RE
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
-    from mebench.config.plan import RunPlan
+    from mebench.run.plan import RunPlan
 
 CONTRACT_BUDGETS = (1000, 10000, 100000, 1000000)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*(-[A-Za-z0-9_.]+)*$")
@@ -141,8 +141,8 @@ class Cell:
 
     @cached_property
     def plan(self) -> "RunPlan":
-        """The cell's resolved plan (``mebench.config.plan``): what it runs, every default filled in."""
-        from mebench.config.plan import resolve
+        """The cell's resolved plan (``mebench.run.plan``): what it runs, every default filled in."""
+        from mebench.run.plan import resolve
 
         return resolve(self.cfg, self.seed)
 
@@ -247,7 +247,7 @@ def load_grid(path: Path, rootdir: Path, seeds: Optional[Sequence[int]] = None,
             _add_attack_cells(grid, attack, rootdir, tuple(seeds or spec.seeds), _budgets(spec, budgets, smoke_only))
     except (ConfigError, yaml.YAMLError) as e:
         raise GridError(f"{path}: {e}") from None
-    from mebench.grid_inputs import check_inputs
+    from mebench.harness.grid_inputs import check_inputs
 
     try:
         _check_name_selects_nothing(grid)

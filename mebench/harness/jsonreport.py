@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from mebench.harness.cells import CELL_ID_KEY, RECORD_KEY
-from mebench.naming import make_stamp_dir, unused_stamp_dir
+from mebench.support.naming import make_stamp_dir, unused_stamp_dir
 
 
 class JsonReport:
@@ -60,7 +60,7 @@ class JsonReport:
         """Write the JSON report, the seed aggregate and (``--mebench-report``) the rendered report."""
         if self.is_worker or not self.records:
             return
-        from mebench import artifacts
+        from mebench.run import artifacts
 
         report = self.build_report()
         path = self.json_path()
@@ -90,7 +90,8 @@ class JsonReport:
 
     def build_report(self) -> dict[str, Any]:
         """The report document: cells sorted by id, their seed aggregate, machine and commit."""
-        from mebench import artifacts, runinfo
+        from mebench.run import artifacts
+        from mebench.support import runinfo
 
         cells = [self.records[k] for k in sorted(self.records)]
         rows = [{**r, "dataset": ((c.get("config") or {}).get("dataset") or {}).get("name", "")}

@@ -16,7 +16,7 @@ import pytest
 
 from mebench.harness import hookspec
 from mebench.harness.cost import LARGE_CPU_HOURS, LARGE_MAX_BUDGET
-from mebench.options import budget_list, gpu_list, int_list, niceness, positive_int, ray_address
+from mebench.support.options import budget_list, gpu_list, int_list, niceness, positive_int, ray_address
 from mebench.harness.session import BenchSession
 
 BENCH_KEY = pytest.StashKey[BenchSession]()
@@ -140,7 +140,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     refuse, in one line, a selection whose datasets are not in the data root."""
     bench_session(session.config).check_cost(session.items)
     from mebench.harness.grid import GridError
-    from mebench.grid_inputs import check_datasets
+    from mebench.harness.grid_inputs import check_datasets
     from mebench.harness.session import cell_of
 
     try:
@@ -226,7 +226,7 @@ def _check_ray(config: pytest.Config) -> None:
         return
     if getattr(config.option, "numprocesses", None):
         raise pytest.UsageError("--ray runs every cell as a Ray task; it cannot be combined with -n (xdist)")
-    from mebench.extras import is_installed, missing_message
+    from mebench.support.extras import is_installed, missing_message
 
     if not is_installed("ray"):
         raise pytest.UsageError(missing_message("ray", "--ray"))

@@ -94,7 +94,7 @@ def _ship_victims(root: Path, victims: dict[str, Any]) -> None:
         return
     import ray
 
-    from mebench.artifacts import atomic_write_bytes
+    from mebench.run.artifacts import atomic_write_bytes
 
     for rel, ref in missing.items():
         atomic_write_bytes(root / rel, ray.get(ref))
@@ -388,7 +388,7 @@ class RayLoop:
 
     def _store(self, cell: Any, item: pytest.Item, outcome: dict[str, Any]) -> Optional[dict[str, Any]]:
         """The worker's files in ``<cells dir>/<cell id>/`` and its record, pointed at them."""
-        from mebench.artifacts import atomic_write_bytes, atomic_write_json
+        from mebench.run.artifacts import atomic_write_bytes, atomic_write_json
 
         record = outcome.get("record")
         files = dict(outcome.get("files") or {})

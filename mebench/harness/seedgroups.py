@@ -4,7 +4,7 @@ In the grid each seed is its own cell, so Track A of the seeds of one condition 
 victim, attack variant, data and output mode) would be trained one model at a time. With
 ``--seeds-together on`` (or ``auto`` where ``mebench.training.spec.SEEDS_TOGETHER_DEFAULT`` says
 the device gains) the first cell of a condition to run in a process runs every selected seed cell
-of that condition in lockstep (``mebench.together.run_together``: one stacked Track A per
+of that condition in lockstep (``mebench.run.together.run_together``: one stacked Track A per
 checkpoint, each seed's own queries, oracle, query store and folder); the other cells of the group
 then find their run done and only check and record it. Each seed keeps its own cell, record and
 rows. Under ``-n`` the plugin marks the cells of a condition with one ``xdist_group`` and switches
@@ -24,7 +24,7 @@ import pytest
 
 from mebench.harness.cells import CellRecorder, PrefixAudit, cell_recorder, open_store
 from mebench.harness.grid import Cell
-from mebench.naming import QUERY_CACHE_DIR
+from mebench.support.naming import QUERY_CACHE_DIR
 
 
 @dataclass
@@ -82,7 +82,7 @@ def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim
     """The cell's ``SeedResult``: from its group's run (run now if this is the group's first cell), or
     ``engine.run_seed`` alone when seeds are not grouped or the cell has no pending sibling. Every run
     is handed the cell's plan (``Cell.plan``, resolved once per cell), never resolved again."""
-    from mebench import engine
+    from mebench.run import engine
     from mebench.harness.plugin import bench_session
 
     bench = bench_session(request.config)
@@ -111,7 +111,7 @@ def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim
             raise
         return m.result
 
-    from mebench.together import Aborted, run_together
+    from mebench.run.together import Aborted, run_together
 
     try:
         run_together([m.cell.seed for m in members], trainer, one)
@@ -133,7 +133,7 @@ def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim
 
 def _member(bench: Any, cell: Cell, victim: Any) -> Member:
     """A sibling cell's run config, oracle, audited query store and record, built as its fixtures build them."""
-    from mebench import engine
+    from mebench.run import engine
 
     device = bench.device()
     run_config = bench.run_config(cell, device)

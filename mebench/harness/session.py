@@ -32,9 +32,9 @@ from mebench.harness.bench_options import BenchOptions, device_for_worker, grid_
 if TYPE_CHECKING:
     from mebench.harness.cost import Cost
     from mebench.config import RunConfig
-    from mebench.resume import Verdict
-    from mebench.engine import Prepared
-    from mebench.progress import Say
+    from mebench.run.resume import Verdict
+    from mebench.run.engine import Prepared
+    from mebench.support.progress import Say
 
 
 def cell_of(item: pytest.Item) -> Optional[Cell]:
@@ -114,7 +114,7 @@ class BenchSession(RunFolders, JsonReport):
 
     def tag_items(self, items: Sequence[pytest.Item]) -> None:
         """Label cell items for the report channel; with ``--resume`` skip the complete ones."""
-        from mebench.resume import NO_RESULTS, verdict_words
+        from mebench.run.resume import NO_RESULTS, verdict_words
 
         lines = []
         for item in items:
@@ -180,7 +180,7 @@ class BenchSession(RunFolders, JsonReport):
 
     def resume_lines(self, cells: Sequence[Cell]) -> list[str]:
         """``--resume``'s line for each cell that runs again or is kept stale (a current cell says nothing)."""
-        from mebench.resume import NO_RESULTS, verdict_words
+        from mebench.run.resume import NO_RESULTS, verdict_words
 
         lines = []
         for cell in cells:
@@ -192,7 +192,7 @@ class BenchSession(RunFolders, JsonReport):
     def complete_record(self, cell: Cell, verdict: Optional["Verdict"] = None) -> Optional[dict[str, Any]]:
         """The cell's stored record if ``--resume`` keeps it (``resume_verdict``), marked ``resumed``;
         a cell kept by ``--keep-stale`` carries ``resume: {kept_stale, reason}`` (also in its files)."""
-        from mebench.resume import RESUME_KEY, mark_kept_stale
+        from mebench.run.resume import RESUME_KEY, mark_kept_stale
 
         verdict = self.resume_verdict(cell) if verdict is None else verdict
         if not verdict.keep:
@@ -202,17 +202,17 @@ class BenchSession(RunFolders, JsonReport):
         if verdict.stale and verdict.reason and verdict.summary is not None:
             summary = mark_kept_stale(directory, verdict.summary, verdict.reason)
             rec = {**rec, "summary": summary, RESUME_KEY: summary[RESUME_KEY]}
-            from mebench import artifacts
+            from mebench.run import artifacts
 
             artifacts.atomic_write_json(directory / "result.json", rec)
         return {**rec, "resumed": True}
 
     def resume_verdict(self, cell: Cell) -> "Verdict":
         """Keep a stored cell only when its last run passed, its files are whole and its plan, code
-        identity and thread count equal what would run now (``mebench.resume``); ``--keep-stale``
+        identity and thread count equal what would run now (``mebench.run.resume``); ``--keep-stale``
         also keeps whole cells that differ only in those."""
-        from mebench.identity import code_identity
-        from mebench.resume import NO_RESULTS, Verdict, check_folder, decide
+        from mebench.support.identity import code_identity
+        from mebench.run.resume import NO_RESULTS, Verdict, check_folder, decide
 
         directory = self.cells_dir / cell.id
         if not directory.is_dir():
@@ -266,7 +266,7 @@ class BenchSession(RunFolders, JsonReport):
 
     def prepared(self, victim_key: str, device: str) -> "Prepared":
         """engine.prepare for a victim key, once per process and device."""
-        from mebench import engine
+        from mebench.run import engine
 
         if (victim_key, device) not in self._prepared:
             cell = next(c for c in self.grid.cells if c.victim_key == victim_key)

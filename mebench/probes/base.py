@@ -26,10 +26,10 @@ from mebench.registry import Registry
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
-    from mebench.config.plan import RunPlan
+    from mebench.run.plan import RunPlan
     from mebench.training.health import LossCurve
     from mebench.types import CheckpointResult
-    from mebench.world import World
+    from mebench.run.world import World
 
 #: Columns of ``measurements.csv``: one number per row, from the probes other than Track A/B.
 MEASUREMENT_COLUMNS: tuple[str, ...] = ("seed", "checkpoint_B", "track", "probe", "metric", "value")

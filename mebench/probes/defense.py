@@ -13,7 +13,7 @@ from mebench.defenses import DEFENSES, build_answers
 from mebench.defenses.detection import Detector, benign_streams, feed
 from mebench.defenses.utility import utility_cost
 from mebench.probes.base import Emit, Probe, register_probe
-from mebench.world import World, defense_for
+from mebench.run.world import World, defense_for
 
 
 @register_probe("defense_utility")

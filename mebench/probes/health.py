@@ -7,7 +7,7 @@ from typing import Any
 
 from mebench.probes.base import Probe, Scored, measurement, register_probe
 from mebench.training.health import assess, restart_flag
-from mebench.world import World
+from mebench.run.world import World
 
 #: Numeric keys of a health record written to ``measurements.csv`` (present ones only).
 HEALTH_METRICS = ("pred_top_share", "victim_top_share", "loss_first", "loss_last", "loss_best", "loss_window")

@@ -1,4 +1,4 @@
-"""Track A's initialization as a measured source of variance (``mebench.init_variance``; off unless
+"""Track A's initialization as a measured source of variance (``mebench.probes.variance``; off unless
 the config names it: ``measure: {init_variance: {inits: 5}}``).
 
 At the largest checkpoint, Track A's D_B is trained again from ``inits`` other initializations
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mebench import artifacts, init_variance
+from mebench.run import artifacts
+from mebench.probes import variance as init_variance
 from mebench.probes.base import Emit, Probe, register_probe
-from mebench.transfer import evaluator_for, victim_seeds
-from mebench.world import World, make_track_a_trainer, transfer_params
+from mebench.probes.transferability.transfer import evaluator_for, victim_seeds
+from mebench.run.world import World, make_track_a_trainer, transfer_params
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from typing import Any, Optional
 import torch
 from tqdm.auto import tqdm
 
-from mebench import artifacts
+from mebench.run import artifacts
 from mebench.probes.base import Emit, Probe, Scored, register_probe
-from mebench.progress import Ticker, interval_of
-from mebench.runinfo import peak_rss_mib
+from mebench.support.progress import Ticker, interval_of
+from mebench.support.runinfo import peak_rss_mib
 from mebench.training.health import LossCurve
 from mebench.types import CheckpointResult
-from mebench.world import World, make_track_a_trainer
+from mebench.run.world import World, make_track_a_trainer
 
 
 @register_probe("track_b")
@@ -97,7 +97,7 @@ class TrackA(Probe):
         out: dict[str, Any] = {"track_a_steps": {str(k): v for k, v in self.steps.items()},
                                "peak_rss_mib": {str(k): v for k, v in self.peak_rss.items()},
                                "track_a_step": {str(k): v for k, v in self.step_kinds.items()}}
-        if hasattr(self.trainer, "record"):  # trained with its sibling seeds (mebench.together)
+        if hasattr(self.trainer, "record"):  # trained with its sibling seeds (mebench.run.together)
             out["track_a_seeds_together"] = self.trainer.record()
         return out
 

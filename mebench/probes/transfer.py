@@ -1,6 +1,6 @@
-"""Transferability (``mebench.transfer``): adversarial examples crafted on each checkpoint
+"""Transferability (``mebench.probes.transferability.transfer``): adversarial examples crafted on each checkpoint
 substitute and on the references, over an ε curve, scored on the victim; rows in ``transfer.csv``,
-and the transfer-relevant fidelity (``mebench.fidelity``: off-manifold agreement, input-gradient
+and the transfer-relevant fidelity (``mebench.probes.transferability.fidelity``: off-manifold agreement, input-gradient
 cosine) in ``fidelity.csv``.
 
 A thin adapter: every number comes from ``TransferEvaluator``'s public API (``reference_rows``,
@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from mebench.probes.base import Probe, Scored, register_probe
-from mebench.transfer import evaluator_for, write_records
-from mebench.world import World, reference_for
+from mebench.probes.transferability.transfer import evaluator_for, write_records
+from mebench.run.world import World, reference_for
 
 
 @dataclass(frozen=True)
 class TransferParams:
-    """``methods`` among ``mebench.transfer.METHODS`` (none: not measured); ``images`` test images per
+    """``methods`` among ``mebench.probes.transferability.transfer.METHODS`` (none: not measured); ``images`` test images per
     row; ``eps`` the ε curve (empty: the dataset profile's ``transfer_eps_curve``); ``references``
-    the models of the ``independent`` reference ensemble (0: none; ``mebench.refcache``)."""
+    the models of the ``independent`` reference ensemble (0: none; ``mebench.probes.transferability.refcache``)."""
 
     methods: tuple[str, ...] = ()
     images: int = 500
@@ -48,7 +48,7 @@ class Transfer(Probe):
     @classmethod
     def check(cls, params: TransferParams, cfg: Any) -> None:
         from mebench.errors import ConfigError
-        from mebench.transfer import METHODS
+        from mebench.probes.transferability.transfer import METHODS
 
         if any(m not in METHODS for m in params.methods) or len(set(params.methods)) != len(params.methods):
             raise ConfigError("measure.transfer.methods", list(params.methods),

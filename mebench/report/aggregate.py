@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
-from mebench.artifacts import AGGREGATE_COLUMNS, seed_aggregate
+from mebench.run.artifacts import AGGREGATE_COLUMNS, seed_aggregate
 from mebench.metricspec import AGREEMENT_AUC, METRICS
 from mebench.report.load import METRIC_COLUMNS
 
@@ -108,7 +108,7 @@ def to_long(frame: pd.DataFrame) -> pd.DataFrame:
 
 def aggregate(long: pd.DataFrame) -> pd.DataFrame:
     """Mean, sample std (ddof=1), seed count and seeds per condition/track/checkpoint/metric
-    (``mebench.artifacts.seed_aggregate``, the one aggregation)."""
+    (``mebench.run.artifacts.seed_aggregate``, the one aggregation)."""
     return seed_aggregate(long, AGG_KEYS)
 
 

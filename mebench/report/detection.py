@@ -8,7 +8,7 @@ sources), the positives one attack's streams (one per seed). Per attack the tabl
 - ``benign_flagged``: the same share for the benign streams (the false-positive rate at that
   threshold);
 - ``tpr_at_1pct`` and ``tpr_at_0.1pct``: the true-positive rate at the strictest threshold that
-  flags at most 1 % / 0.1 % of the benign streams (``mebench.detection_rates.tpr_at_fpr``), with
+  flags at most 1 % / 0.1 % of the benign streams (``mebench.detection.rates.tpr_at_fpr``), with
   the number of benign streams: below 1/FPR of them no false positive at all is allowed, and the
   table says the FPR is not resolved. No AUC is given on purpose: a detector is used at a low
   false-positive rate, and an AUC averages over rates nobody would deploy.
@@ -21,7 +21,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from mebench.detection_rates import tpr_at_fpr
+from mebench.detection.rates import tpr_at_fpr
 from mebench.report.document import Block, budget_label, table
 from mebench.report.load import UNKNOWN, RunRecord, as_float, mapping_section
 

@@ -1,11 +1,11 @@
 """The detection benchmark's report: TPR at a low FPR with bootstrap intervals, and ROC curves.
 
-Reads every ``detection_bench.json`` (:data:`mebench.detection_bench.BENCH_FILE`) under the report's
+Reads every ``detection_bench.json`` (:data:`mebench.detection.bench.BENCH_FILE`) under the report's
 paths, one per victim, and writes ``detection_bench.md|csv`` (one row per victim, detector and
 attack, PRADA's evasion as its own rows) and ``roc_<dataset>.png|svg`` (one panel per detector, one
 curve per attack, FPR on a log axis with 1 % and 0.1 % marked). Each rate is over all the attack's
 streams (one per seed) against all benign clients; its 95 % interval is a percentile bootstrap
-that resamples both and sets the threshold again each time (``mebench.detection_rates``).
+that resamples both and sets the threshold again each time (``mebench.detection.rates``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from mebench.detection_rates import BENCH_FILE, FPRS, score_streams
+from mebench.detection.rates import BENCH_FILE, FPRS, score_streams
 from mebench.report.document import Block, table
 
 
@@ -36,7 +36,7 @@ def attack_label(a: dict[str, Any]) -> str:
 
 
 def bench_rows(rec: dict[str, Any], n_boot: int = 2000) -> list[dict[str, Any]]:
-    """One row per detector and attack (label), with the rates of :func:`mebench.detection_rates.score_streams`."""
+    """One row per detector and attack (label), with the rates of :func:`mebench.detection.rates.score_streams`."""
     rows = []
     for det, d in rec["detectors"].items():
         groups: dict[str, list[dict]] = {}
@@ -110,7 +110,7 @@ def write_roc(rec: dict[str, Any], out: Path) -> dict[str, Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from mebench.detection_rates import roc_points
+    from mebench.detection.rates import roc_points
 
     dets = list(rec["detectors"])
     fig, axes = plt.subplots(1, len(dets), figsize=(5 * len(dets), 4.2), squeeze=False)

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from mebench.report.document import render_html, render_markdown
-from mebench.serial import jsonable
+from mebench.support.serial import jsonable
 
 
 def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:

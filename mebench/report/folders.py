@@ -29,9 +29,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from mebench.artifacts import METRICS_COLUMNS
+from mebench.run.artifacts import METRICS_COLUMNS
 from mebench.metricspec import METRIC_NAMES, metric_spec
-from mebench.naming import QUERY_CACHE_DIR
+from mebench.support.naming import QUERY_CACHE_DIR
 
 MARKER_FILES = ("metrics.csv", "summary.json", "run_config.yaml", "result.json")
 SEED_DIR_RE = re.compile(r"^seed_\d+$")

@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from mebench.artifacts import METRICS_COLUMNS
+from mebench.run.artifacts import METRICS_COLUMNS
 from mebench.metricspec import METRIC_NAMES
 from mebench.report.folders import (NO_SUMMARY, completion_time, is_grid_cell, leftover_cache, metric_problem, read_config,
                                     read_metrics, read_probe, read_summary, result_problem, seed_folders)
@@ -49,7 +49,7 @@ METRIC_COLUMNS: tuple[str, ...] = METRIC_NAMES
 """The metrics of contract §1.3 (``mebench.metrics.METRICS``), in the order every report shows them."""
 
 CSV_COLUMNS: tuple[str, ...] = METRICS_COLUMNS
-"""The exact ``metrics.csv`` columns of contract §16.2 (``mebench.artifacts``)."""
+"""The exact ``metrics.csv`` columns of contract §16.2 (``mebench.run.artifacts``)."""
 
 EXTRA_COLUMNS: tuple[str, ...] = (
     "label", "dataset", "victim_test_accuracy", "victim_sha256", "victim_zoo", "defense", "defense_test_accuracy",

@@ -14,7 +14,7 @@ skipped with a warning that names its line number.
 
 Every entry carries ``type, seed, config_hash, git_commit, timestamp, device,
 versions``; the caller gives what only it knows (``type``, ``seed``,
-``config_hash`` — see :func:`mebench.serial.config_hash` — and ``device``) and the rest is
+``config_hash`` — see :func:`mebench.support.serial.config_hash` — and ``device``) and the rest is
 filled in unless already present.
 """
 
@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from mebench.runinfo import git_commit, library_versions
-from mebench.serial import config_hash, jsonable  # noqa: F401  (config_hash: part of this module's API)
+from mebench.support.runinfo import git_commit, library_versions
+from mebench.support.serial import config_hash, jsonable  # noqa: F401  (config_hash: part of this module's API)
 
 METADATA_FILE = "run_metadata.jsonl"
 """File name inside the runs folder: ``runs/run_metadata.jsonl``."""

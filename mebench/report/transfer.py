@@ -1,8 +1,8 @@
 """Transferability in the report: success against ε, what predicts it, and the init's spread.
 
 Reads, beside each complete seed folder's ``metrics.csv``, its ``transfer.csv``,
-``fidelity.csv`` and ``init_variance.csv`` (``mebench.transfer``, ``mebench.fidelity``,
-``mebench.init_variance``); folders without them (older runs, runs without
+``fidelity.csv`` and ``init_variance.csv`` (``mebench.probes.transferability.transfer``, ``mebench.probes.transferability.fidelity``,
+``mebench.probes.variance``); folders without them (older runs, runs without
 ``measure.transfer.methods``) simply add no rows. Writes:
 
 - ``transfer.csv``: mean, sample std and count over seeds of every success rate per condition,
@@ -191,7 +191,7 @@ def transfer_blocks(tt: pd.DataFrame, fid: pd.DataFrame, iv: pd.DataFrame, figur
     blocks = [Block("h1", "mebench transferability"), Block("p", (
         "Untargeted L∞ FGSM and PGD, and Carlini–Wagner L2 (its perturbation clipped into each L∞ ε-ball; at "
         "ε 1 unclipped), crafted on each checkpoint substitute and scored on the victim (share of test "
-        "images the victim classified correctly that it misclassifies after the attack; mebench.transfer). "
+        "images the victim classified correctly that it misclassifies after the attack; mebench.probes.transferability.transfer). "
         "References: 'victim' crafts on the victim itself (white-box), 'independent' on models of the "
         "substitute's architecture trained on the victim's training data with true labels (an ensemble: "
         "mean ± std over its members and seeds). Mean ± sample std over seeds; n counts the rows pooled."))]
@@ -210,7 +210,7 @@ def transfer_blocks(tt: pd.DataFrame, fid: pd.DataFrame, iv: pd.DataFrame, figur
             "Agreement with the victim's top-1 on test images, on uniform-noise images and on an untrained "
             "DFME generator's images (off the data manifold, where ε 0.2–0.3 perturbations land), and the mean "
             "cosine between the substitute's and the victim's input gradients of the cross-entropy at the victim's "
-            "label on the transfer images (mebench.fidelity).")),
+            "label on the transfer images (mebench.probes.transferability.fidelity).")),
             table(["attack", "track", "B", *[h for _, h in heads]], rows)]
     if not iv.empty:
         rows = [[_name(r), budget_label(int(r.checkpoint_B)), r.metric, _ms(r.seed_mean, r.seed_std),
@@ -219,7 +219,7 @@ def transfer_blocks(tt: pd.DataFrame, fid: pd.DataFrame, iv: pd.DataFrame, figur
         blocks += [Block("h2", "Track A: spread over seeds and over initializations"), Block("p", (
             "Seeds: Track A at its fixed init (substitute.init_seed) over run seeds, mean ± std. Inits: the same "
             "D_B trained from other initializations (measure.init_variance; batch order unchanged), mean over all "
-            "and the std over inits averaged over seeds; range over every init and seed (mebench.init_variance).")),
+            "and the std over inits averaged over seeds; range over every init and seed (mebench.probes.variance).")),
             table(["attack", "B", "metric", "seeds (fixed init)", "inits", "init range", "seeds × inits"], rows)]
     return blocks
 

@@ -39,7 +39,7 @@ def provenance(paths: Sequence[str | Path], out: str | Path = ".") -> dict[str, 
     """What the report was made with: mebench version, commit, date (UTC) and the inputs read
     (relative to the report folder ``out``, so the report survives moving ``runs/``)."""
     from mebench import __version__
-    from mebench.runinfo import git_commit
+    from mebench.support.runinfo import git_commit
 
     commit = git_commit()
     return {"mebench_version": __version__, "commit": commit["commit"], "dirty": commit["dirty"],

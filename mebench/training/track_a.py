@@ -56,7 +56,7 @@ class TrackASpec:
 class TrackATrainer:
     """Trains the Track A substitute for one checkpoint."""
 
-    stackable = True  # its seeds can train as one stacked model (mebench.together; a test's stand-in is not)
+    stackable = True  # its seeds can train as one stacked model (mebench.run.together; a test's stand-in is not)
 
     def __init__(self, spec: TrackASpec, device: torch.device | str) -> None:
         self.spec = spec

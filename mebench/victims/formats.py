@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from mebench.errors import ConfigError, VictimLoadError
-from mebench.extras import missing_message
+from mebench.support.extras import missing_message
 from mebench.models.registry import Normalized
 from mebench.victims.registry import FORMATS, LAYOUTS, OUTPUTS
 

@@ -49,7 +49,7 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 def save_victim(path: str | Path, net: nn.Module, arch: str, num_classes: int, channels: int,
                 input_size: tuple[int, int]) -> str:
     """Write a victim checkpoint atomically; returns its sha256."""
-    from mebench.artifacts import atomic_save_torch
+    from mebench.run.artifacts import atomic_save_torch
 
     payload = {"format": FORMAT, "arch": arch, "num_classes": num_classes, "channels": channels,
                "input_size": list(input_size),

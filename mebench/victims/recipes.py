@@ -18,17 +18,17 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from mebench.artifacts import atomic_write_json
+from mebench.run.artifacts import atomic_write_json
 from mebench.config import build_dataclass, read_yaml_file
 from mebench.data.augment import crop_flip
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.profiles import PROFILES, get_profile
 from mebench.defenses.outliers import NO_OUTLIERS, check_outlier_source, outlier_images
 from mebench.errors import ConfigError
-from mebench.inference import eval_logits
+from mebench.support.inference import eval_logits
 from mebench.models.registry import MODELS, Normalized
 from mebench.registry import unknown_name_message
-from mebench.runinfo import library_versions, machine_info
+from mebench.support.runinfo import library_versions, machine_info
 from mebench.training.loop import OptimizerSpec, train_steps
 from mebench.config.validation import check_device, check_folder_name
 from mebench.victims.load import save_victim

@@ -49,7 +49,7 @@ class EpochSnapshots:
 
     def save(self, path: Path, arch: str) -> dict[str, Any]:
         """Write the snapshots atomically; returns what the victim's metadata records about them."""
-        from mebench.artifacts import atomic_save_torch
+        from mebench.run.artifacts import atomic_save_torch
         from mebench.victims.load import sha256_file
 
         payload = {"format": SNAPSHOT_FORMAT, "arch": arch, "epochs": list(range(1, len(self.taken) + 1)),

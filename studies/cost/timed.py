@@ -37,7 +37,7 @@ def run_estimate(args: list[str], load: "float | None" = None) -> "object":
     """The estimate of a ``mebench run CONFIG`` command line (its --seeds/--budgets/--threads)."""
     from mebench.config import apply_overrides
     from mebench.harness.cost import estimate
-    from mebench.threads import default_threads
+    from mebench.support.threads import default_threads
     from mebench.config.validation import load_config
 
     opts = dict(zip(args[3::2], args[4::2])) if len(args) > 3 else {}

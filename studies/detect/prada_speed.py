@@ -24,15 +24,15 @@ from pathlib import Path
 import torch
 
 from mebench.defenses.prada import PradaSequential as Sequential
-from mebench import engine
-from mebench.artifacts import atomic_write_text
-from mebench.benign_traffic import traffic
+from mebench.run import engine
+from mebench.run.artifacts import atomic_write_text
+from mebench.detection.benign import traffic
 from mebench.defenses import build_answers
 from mebench.defenses.prada import Prada
-from mebench.detection_bench import benign_record
+from mebench.detection.bench import benign_record
 from mebench.harness.grid import load_grid
-from mebench.identity import code_identity
-from mebench.inference import chunked
+from mebench.support.identity import code_identity
+from mebench.support.inference import chunked
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "detect"  # the set's records (this script lives in studies/)
 CONFIG = "configs/benchmarks/detect/mnist_detect.yaml"

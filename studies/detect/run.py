@@ -1,7 +1,7 @@
 """Detectors at a resolvable false-positive rate (docs/defenses/detection_benchmark.md; issue 38).
 
 For each grid config (one victim): every detector defense the config lists watches
-``TrafficParams().streams`` benign clients (``mebench.benign_traffic``: the victim's test split and
+``TrafficParams().streams`` benign clients (``mebench.detection.benign``: the victim's test split and
 every other test split of the victim's shape on the data root) and every attack stream of the
 config's cells (attack x seed, collected once: a detector changes no answer), plain and with PRADA's
 evasion (``EVASION`` shares of natural images interleaved, charged to the budget). No substitute is
@@ -23,19 +23,19 @@ from typing import Any
 
 import torch
 
-from mebench import engine
-from mebench.artifacts import atomic_write_text
-from mebench.benign_traffic import TrafficParams, overlap, traffic
+from mebench.run import engine
+from mebench.run.artifacts import atomic_write_text
+from mebench.detection.benign import TrafficParams, overlap, traffic
 from mebench.data.cache import QueryStore
 from mebench.defenses import build_answers
-from mebench.detection_bench import attack_record, benign_record, collect_stream, evasion_budgets, interleave, timed
+from mebench.detection.bench import attack_record, benign_record, collect_stream, evasion_budgets, interleave, timed
 from mebench.errors import DataMissingError
 from mebench.harness.grid import load_grid
-from mebench.identity import code_identity
-from mebench.inference import chunked
-from mebench.seeding import derive_seed, seed_everything
+from mebench.support.identity import code_identity
+from mebench.support.inference import chunked
+from mebench.support.seeding import derive_seed, seed_everything
 from mebench.state import EngineState
-from mebench.world import defense_for
+from mebench.run.world import defense_for
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "detect"  # the set's records (this script lives in studies/)
 TRAFFIC = TrafficParams()

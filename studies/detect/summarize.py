@@ -33,7 +33,7 @@ def _score(s: dict) -> float:
 
 
 def _threshold(neg: np.ndarray, fpr: float) -> float:
-    """The strictest threshold flagging at most ``fpr`` of ``neg`` (mebench.detection_rates.tpr_at_fpr)."""
+    """The strictest threshold flagging at most ``fpr`` of ``neg`` (mebench.detection.rates.tpr_at_fpr)."""
     neg = np.sort(neg)[::-1]
     allowed = int(math.floor(fpr * neg.size + 1e-12))
     return -math.inf if allowed >= neg.size else float(neg[allowed])

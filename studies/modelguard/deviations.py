@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mebench.artifacts import atomic_write_text
+from mebench.run.artifacts import atomic_write_text
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.profiles import get_profile
 from mebench.defenses import modelguard

@@ -20,14 +20,14 @@ from typing import Any
 
 import torch
 
-from mebench import artifacts, engine
+from mebench.run import artifacts, engine
 from mebench.data.cache import QueryStore
 from mebench.defenses import build_answers
 from mebench.defenses.detection import benign_streams, feed
 from mebench.defenses.prada import LEGACY, Prada
 from mebench.harness.grid import load_grid
 from mebench.oracle import AnswerPipeline, Oracle
-from mebench.seeding import seed_everything
+from mebench.support.seeding import seed_everything
 from mebench.state import EngineState
 
 VARIANTS = {"reference": {}, "legacy": dict(LEGACY), **{f"only_{k}": {k: v} for k, v in LEGACY.items()}}

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mebench.artifacts import atomic_write_text
+from mebench.run.artifacts import atomic_write_text
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "prada"  # the set's records (this script lives in studies/)
 RULES = {"prada": "after", "prada_legacy": "before"}

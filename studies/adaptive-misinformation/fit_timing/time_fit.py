@@ -5,7 +5,7 @@ from pathlib import Path
 import torch
 torch.set_num_threads(1)
 from mebench.harness.grid import load_grid
-from mebench import engine
+from mebench.run import engine
 from mebench.defenses import DEFENSES, make_defense
 from mebench.defenses.misinformation import AdaptiveMisinformation
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from scipy.stats import rankdata
 
-from mebench.artifacts import atomic_write_text
+from mebench.run.artifacts import atomic_write_text
 from mebench.data.datasets import load_split, resolve_data_root
 from mebench.data.profiles import get_profile
 from mebench.defenses.outliers import OUTLIER_SEED, synthetic_blobs, synthetic_strokes

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 from torch import nn
 
-from mebench.seeding import derive_seed
+from mebench.support.seeding import derive_seed
 from mebench.training.track_a import TrackATrainer
 
 INIT_VARIANCE_COLUMNS: tuple[str, ...] = ("seed", "checkpoint_B", "init", "init_seed", "metric", "value")

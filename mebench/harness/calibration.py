@@ -12,7 +12,7 @@ architecture, measured here, at the torch thread count the cells will use:
 
 A probe runs a few warm-up steps, then times up to ``TRAIN_STEPS`` steps or ``PROBE_SECONDS`` seconds,
 whichever comes first (a WRN-22-2 step on one CPU thread takes seconds). The result is cached on disk
-(``mebench.cachedir``, kind ``calibration``) under a key of the probe version, architecture, input
+(``mebench.support.cachedir``, kind ``calibration``) under a key of the probe version, architecture, input
 shape, class count, thread count, device, torch version and CPU model, so each machine measures once.
 The measurement includes whatever load the machine had then; the entry records that 1-minute load
 average, and ``load_factor`` rescales the times to the load at estimate time (a CPU shared by L
@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from mebench.cachedir import entry_path
+from mebench.support.cachedir import entry_path
 
 PROBE_VERSION = 1
 TRAIN_BATCH = 128
@@ -133,7 +133,7 @@ def step_times(arch: str, input_shape: tuple[int, ...], num_classes: int, thread
                device: str = "cpu", refresh: bool = False) -> dict[str, Any]:
     """The cached probe of ``arch`` at ``threads`` (measured and stored when absent or ``refresh``):
     ``train_step_s``, ``forward_image_s``, ``measured_at`` (UTC ISO date), ``path`` (the cache file)."""
-    from mebench import artifacts
+    from mebench.run import artifacts
 
     key = probe_key(arch, input_shape, num_classes, threads, device)
     path = entry_path("calibration", key, ".json")

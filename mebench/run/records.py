@@ -1,7 +1,7 @@
 """What a finished (or checkpointed) seed-run writes beside its rows: ``metrics.csv`` (Track A/B rows,
 §16.2), ``measurements.csv`` (every other probe's numbers, long format) and the probes' own files;
 the tail of ``summary.json`` the query loop itself measured; and the seed's line in
-``<output_dir>/run_metadata.jsonl``. Kept apart from ``mebench.engine``, which only runs the loop
+``<output_dir>/run_metadata.jsonl``. Kept apart from ``mebench.run.engine``, which only runs the loop
 and its probe events.
 """
 
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mebench import artifacts
+from mebench.run import artifacts
 from mebench.config import RunConfig
 from mebench.oracle import Oracle
 from mebench.probes import MEASUREMENT_COLUMNS, Probe

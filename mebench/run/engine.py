@@ -1,7 +1,7 @@
 """The query loop and its lifecycle events (contract §7, §14.3; issue 35: plan -> world -> loop -> probes).
 
-``run(cfg)`` validates the config, resolves one plan per seed (``mebench.config.plan``), builds what all
-seeds share (``mebench.world.prepare``) and runs every seed. A seed builds its world (oracle,
+``run(cfg)`` validates the config, resolves one plan per seed (``mebench.run.plan``), builds what all
+seeds share (``mebench.run.world.prepare``) and runs every seed. A seed builds its world (oracle,
 query store, pool, attack), tells the plan's probes (``mebench.probes``) ``start``, lets the
 attack propose batches that the oracle answers and the store records, tells them ``checkpoint``
 at every B (Track A and B score substitutes there and ``emit`` them to the others) and
@@ -19,22 +19,22 @@ from typing import Any, Callable, Optional
 import torch
 from tqdm.auto import tqdm
 
-from mebench import artifacts
-from mebench.seed_records import record_run_metadata, record_write_failure, summary_tail, utc_now, write_outputs
+from mebench.run import artifacts
+from mebench.run.records import record_run_metadata, record_write_failure, summary_tail, utc_now, write_outputs
 from mebench.config import RunConfig
 from mebench.data.cache import QueryStore
-from mebench.naming import QUERY_CACHE_DIR, sweep_dead_caches
+from mebench.support.naming import QUERY_CACHE_DIR, sweep_dead_caches
 from mebench.oracle import Oracle
-from mebench.config.plan import RunPlan, resolve
+from mebench.run.plan import RunPlan, resolve
 from mebench.probes import PROBES, Probe, Scored, merge_section
-from mebench.progress import Say, Ticker, interval_of, prefixed
-from mebench.resume import KEPT_FILES, file_sha256, resume_seeds
-from mebench.seeding import seed_everything
+from mebench.support.progress import Say, Ticker, interval_of, prefixed
+from mebench.run.resume import KEPT_FILES, file_sha256, resume_seeds
+from mebench.support.seeding import seed_everything
 from mebench.state import EngineState
-from mebench.together import default_for, run_together
+from mebench.run.together import default_for, run_together
 from mebench.training.track_a import TrackATrainer
 from mebench.config.validation import validate
-from mebench.world import (  # noqa: F401  (re-exported: the harness and tests build worlds through these)
+from mebench.run.world import (  # noqa: F401  (re-exported: the harness and tests build worlds through these)
     DISCLAIMER_9, Prepared, World, build_pool, clean_store, defense_context, defense_for,
     make_attack, make_oracle, make_store, make_track_a_trainer, open_store, prepare, row_identity, summary_head)
 
@@ -91,11 +91,11 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
              plan: Optional[RunPlan] = None) -> SeedResult:
     """One seed: build its world, collect queries, tell the probes each event, write the artifacts.
 
-    ``plan`` is the seed's resolved plan (``mebench.config.plan.resolve(cfg, seed)`` when omitted): the
+    ``plan`` is the seed's resolved plan (``mebench.run.plan.resolve(cfg, seed)`` when omitted): the
     attack's typed parameters and the probes come from it and ``summary.json`` records it with its
     hash, the code identity and, once the seed is done, ``completed_at``. ``oracle``, ``store`` and
     ``trainer`` default to fresh ones built from ``cfg``; the pytest harness passes its fixtures
-    instead. ``say`` receives a few progress lines per phase (``mebench.progress``). The store is
+    instead. ``say`` receives a few progress lines per phase (``mebench.support.progress``). The store is
     cleaned up here in every case (success, error, Ctrl-C).
     """
     seed_dir.mkdir(parents=True, exist_ok=True)
@@ -184,7 +184,7 @@ def query_loop(world: World, on_checkpoint: Callable[[int], None]) -> float:
 
 def run_seeds_together(cfg: RunConfig, prep: Prepared, seeds: list[int], plans: dict[int, RunPlan], directory: Path,
                        progress: bool, say: Optional[Say]) -> list[SeedResult]:
-    """``run_seed`` for ``seeds`` in lockstep, Track A trained for all of them at once (``mebench.together``)."""
+    """``run_seed`` for ``seeds`` in lockstep, Track A trained for all of them at once (``mebench.run.together``)."""
     def one(seed: int, trainer: TrackATrainer) -> SeedResult:
         try:
             return run_seed(cfg, seed, prep, directory / f"seed_{seed}", progress, say=prefixed(say, f"seed {seed}"),
@@ -200,12 +200,12 @@ def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Op
         tell: Optional[Callable[[str], None]] = None, seeds_together: Optional[bool] = None) -> RunResult:
     """Validate, then run every seed and write the seed aggregate. Nothing is created if validation fails.
 
-    ``progress`` shows progress bars; ``say`` (e.g. ``mebench.progress.stderr_lines``) receives a few
+    ``progress`` shows progress bars; ``say`` (e.g. ``mebench.support.progress.stderr_lines``) receives a few
     lines per phase instead, for logs that are not a terminal. ``resume`` is an earlier run folder
-    of this config: a seed whose folder is whole and current (``mebench.resume``) is kept, any
+    of this config: a seed whose folder is whole and current (``mebench.run.resume``) is kept, any
     other runs again; ``keep_stale`` keeps whole but stale ones too (marked in ``summary.json``).
     ``tell`` receives one line per resumed seed (kept, or why it runs again). ``seeds_together``
-    trains the seeds' Track A as one stacked model (``mebench.together``; ``None``: the device's
+    trains the seeds' Track A as one stacked model (``mebench.run.together``; ``None``: the device's
     measured default).
     """
     validate(cfg, check_files=check_files)

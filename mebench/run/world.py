@@ -28,21 +28,21 @@ from mebench.data.pools import Pool
 from mebench.data.profiles import DatasetProfile, get_profile
 from mebench.defenses import DEFENSES, Defense, DefenseContext, build_answers, make_defense
 from mebench.errors import SlowVictimWarning
-from mebench.fitcache import fit_defense
+from mebench.support.fitcache import fit_defense
 from mebench.metrics import Evaluator
 from mebench.models.registry import build_model
-from mebench.naming import QUERY_CACHE_DIR, mark_cache_owner
-from mebench import identity
+from mebench.support.naming import QUERY_CACHE_DIR, mark_cache_owner
+from mebench.support import identity
 from mebench.oracle import Oracle, AnswerPipeline
-from mebench.config.plan import RunPlan
-from mebench.progress import Say
-from mebench.refcache import data_fingerprint
-from mebench.runinfo import git_commit, library_versions, machine_info
-from mebench.seeding import generator
-from mebench.serial import config_hash
+from mebench.run.plan import RunPlan
+from mebench.support.progress import Say
+from mebench.probes.transferability.refcache import data_fingerprint
+from mebench.support.runinfo import git_commit, library_versions, machine_info
+from mebench.support.seeding import generator
+from mebench.support.serial import config_hash
 from mebench.state import EngineState
 from mebench.training.track_a import TrackASpec, TrackATrainer
-from mebench.transfer import reference_models
+from mebench.probes.transferability.transfer import reference_models
 from mebench.config.validation import attack_params, defense_params, seed_pool_size
 from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
 from mebench.victims.wrapper import FrozenVictim
@@ -126,7 +126,7 @@ def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
 def reference_for(cfg: RunConfig, prep: Prepared, k: int,
                   train: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> list[torch.nn.Module]:
     """The ``k``-model independent reference ensemble for ``cfg``'s Track A recipe, built once per
-    process (and, through ``mebench.refcache``, once per machine) on the victim's training split."""
+    process (and, through ``mebench.probes.transferability.refcache``, once per machine) on the victim's training split."""
     if k <= 0:
         return []
     key = (repr(TrackASpec.from_config(cfg, prep.num_classes)), int(k), cfg.victim.checkpoint_ref)
@@ -182,7 +182,7 @@ def defense_for(cfg: RunConfig, prep: Prepared, seed: int, purpose: str) -> Defe
     A defense with its own models (``Defense.fit``: a surrogate, a misinformation model) fits
     them once per victim and parameter set, from a fixed defender seed, and every seed and
     attack meets the same fitted defense, as they meet the same victim. A fit that declares a
-    ``fit_key`` is also kept on disk for the node's other processes and later runs (``mebench.fitcache``).
+    ``fit_key`` is also kept on disk for the node's other processes and later runs (``mebench.support.fitcache``).
     """
     cls, params = DEFENSES.get(cfg.defense.name), defense_params(cfg)
     state = None

@@ -1,9 +1,9 @@
 """Models that take minutes to fit and do not depend on the run seed, fitted once per node.
 
 Two kinds of model are like that: the members of transferability's independent reference
-ensemble (``mebench.refcache``) and a defense's own models (``Defense.fit``, e.g. Adaptive
+ensemble (``mebench.probes.transferability.refcache``) and a defense's own models (``Defense.fit``, e.g. Adaptive
 Misinformation's misinformation model). A grid process fits each once in memory; this module keeps
-the weights on disk (``mebench.cachedir``) so that other processes, Ray tasks and later runs on the
+the weights on disk (``mebench.support.cachedir``) so that other processes, Ray tasks and later runs on the
 node read them instead of fitting again.
 
 ``load_or_fit`` is the one protocol: read the entry when it loads; else take the entry's lock
@@ -26,7 +26,8 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import nn
 
-from mebench import artifacts, cachedir, identity
+from mebench.run import artifacts
+from mebench.support import cachedir, identity
 
 #: Defense fits (``fit_defense``); reference members live under ``refcache.KIND``.
 DEFENSE_KIND = "defense-fit"

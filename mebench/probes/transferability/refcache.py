@@ -12,12 +12,12 @@ is an ensemble read as mean and spread (``reference_specs``):
 - members 2…: Track A's recipe from seeds derived from ``init_seed`` (``derive_seed``).
 
 Each model costs minutes (S(N) steps over the whole training split) and does not depend on the run
-seed, so its weights are kept in the machine-wide cache (``mebench.cachedir``, kind
+seed, so its weights are kept in the machine-wide cache (``mebench.support.cachedir``, kind
 ``reference``), keyed by the training spec, device, torch threads, a fingerprint of the data and
 the code identity: a code change never reuses an entry. Entries are written atomically and read
 with ``torch.load(weights_only=True)``; an entry that cannot be read or does not fit the model is
 trained again and rewritten, never trusted. Processes that miss the same entry at once (Ray tasks
-on one node) train it once: the others wait on the entry's lock and load it (``mebench.fitcache``).
+on one node) train it once: the others wait on the entry's lock and load it (``mebench.support.fitcache``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from mebench import artifacts, cachedir, fitcache, identity
-from mebench.seeding import derive_seed
+from mebench.run import artifacts
+from mebench.support import cachedir, fitcache, identity
+from mebench.support.seeding import derive_seed
 from mebench.training.track_a import TrackASpec, TrackATrainer
 
 KIND = "reference"
@@ -155,7 +156,7 @@ def ensemble_key(plan: Any, k: int, device: torch.device | str, threads: int) ->
     """What a plan's reference ensemble depends on, as the plan states it: dataset, victim file hash,
     Track A recipe, ensemble size, device, thread count and code identity (not the data's bytes:
     an estimate does not read the data; ``cache_key`` does, for the models themselves)."""
-    from mebench.serial import jsonable
+    from mebench.support.serial import jsonable
 
     return {"dataset": plan.dataset, "victim_sha256": plan.victim.checkpoint_sha256,
             "track_a": jsonable(dataclasses.asdict(plan.track_a)), "k": int(k), "device": str(torch.device(device)),

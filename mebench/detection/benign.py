@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from mebench.errors import ConfigError
-from mebench.seeding import derive_seed
+from mebench.support.seeding import derive_seed
 
 USER_KINDS = ("in", "ood", "mixed")
 MIXED_SHARE = (0.2, 0.8)

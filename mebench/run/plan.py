@@ -7,7 +7,7 @@ recipe, the input shape, the victim's identity (including the SHA-256 of its fil
 retrained victim is a different plan), the budget and the measurement probes with their parameters (``mebench.probes``). The plan is
 frozen; ``summary.json`` stores ``plan.to_dict()`` and ``plan_hash`` (SHA-256 of its canonical
 JSON), and ``--resume`` keeps a stored result only when its plan hash, the code identity
-(``mebench.identity``) and the torch thread count equal the ones that would run now
+(``mebench.support.identity``) and the torch thread count equal the ones that would run now
 (``stale_reason``).
 
 Not in the plan, on purpose: the run name, the output folder, the device and the cache
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from mebench.serial import jsonable
+from mebench.support.serial import jsonable
 from mebench.victims.registry import reads_file
 
 if TYPE_CHECKING:

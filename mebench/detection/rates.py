@@ -73,7 +73,7 @@ def first_crossing(trace: Sequence[Sequence[float]], threshold: float, within: O
 
 
 BENCH_FILE = "detection_bench.json"
-"""The record a detection benchmark writes (one per victim, ``mebench.detection_bench``); the report reads it."""
+"""The record a detection benchmark writes (one per victim, ``mebench.detection.bench``); the report reads it."""
 
 FPRS = (0.01, 0.001)
 

@@ -19,7 +19,7 @@ rows may be evaluated in any order, resumed or skipped without changing a number
 Reference rows per method and ε place the numbers (``checkpoint_B`` 0): the attack crafted on
 the victim itself (track ``victim``, the white-box upper bound) and on each member of an
 ensemble of models of the substitute's architecture trained on the victim's own training data
-with its true labels (track ``independent``, column ``member``; ``mebench.refcache``: trained once
+with its true labels (track ``independent``, column ``member``; ``mebench.probes.transferability.refcache``: trained once
 per machine and code identity).
 
 Every row is repeated over a list of ε (a success-vs-ε curve; ε 0.3 sits at the ceiling on
@@ -32,7 +32,7 @@ profile's ``transfer_headline_eps`` (0.2 on MNIST-like data) is the one a leader
 this evaluation path, never through the oracle: nothing here is charged to the budget and the
 attack never sees it. Rows go to ``transfer.csv`` (long format), so ``metrics.csv`` keeps
 exactly the contract's columns; the fidelity rows ``rows`` returns beside them
-(``mebench.fidelity``) go to ``fidelity.csv`` (``write_records``).
+(``mebench.probes.transferability.fidelity``) go to ``fidelity.csv`` (``write_records``).
 
 Carlini–Wagner L2 (``cw``; Carlini & Wagner, *Towards Evaluating the Robustness of Neural Networks*,
 IEEE S&P 2017) is a minimum-norm attack with no ε: it is crafted once per substitute (``cw_l2``: Adam
@@ -55,8 +55,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.inference import chunked
-from mebench.seeding import derive_seed
+from mebench.support.inference import chunked
+from mebench.support.seeding import derive_seed
 from mebench.victims.wrapper import FrozenVictim
 
 METHODS: tuple[str, ...] = ("fgsm", "pgd", "cw")
@@ -193,7 +193,7 @@ class TransferEvaluator:
         self.victim, self.settings, self.methods = victim, settings, tuple(methods)
         self.x, self.y = correct_subset(victim, test_x, test_y, settings.n_images, subset_generator)
         self.x, self.y = self.x.to(victim.device), self.y.to(victim.device)
-        self.fidelity: Any = None  # a mebench.fidelity.FidelityEvaluator, set by the caller
+        self.fidelity: Any = None  # a mebench.probes.transferability.fidelity.FidelityEvaluator, set by the caller
 
     def reference_rows(self, seed: int, independent: nn.Module | Sequence[nn.Module] | None = None
                        ) -> list[dict[str, Any]]:
@@ -210,7 +210,7 @@ class TransferEvaluator:
     def rows(self, model: nn.Module, seed: int, budget: int, track: str,
              member: Optional[int] = None) -> list[dict[str, Any]]:
         """One row per (method, ε) for one checkpoint substitute, then its fidelity rows
-        (``mebench.fidelity``) when the evaluator has a fidelity evaluator."""
+        (``mebench.probes.transferability.fidelity``) when the evaluator has a fidelity evaluator."""
         was = model.training
         model.eval()
         out = []
@@ -306,8 +306,8 @@ def split_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], li
 
 def write_records(seed_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
     """``transfer.csv`` and, when there are fidelity rows, ``fidelity.csv`` (both long format, atomic)."""
-    from mebench import artifacts
-    from mebench.fidelity import FIDELITY_COLUMNS
+    from mebench.run import artifacts
+    from mebench.probes.transferability.fidelity import FIDELITY_COLUMNS
 
     transfer, fidelity = split_rows(rows)
     artifacts.write_csv(seed_dir / "transfer.csv", TRANSFER_COLUMNS, transfer)
@@ -317,10 +317,10 @@ def write_records(seed_dir: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 def evaluator_for(params: Any, prep: Any, seed: int) -> TransferEvaluator:
     """One seed's transfer evaluator for the transfer probe's ``params`` (methods, images, eps), with
-    its fidelity evaluator (``mebench.fidelity``): the image subset from ``generator(seed, "transfer")``,
+    its fidelity evaluator (``mebench.probes.transferability.fidelity``): the image subset from ``generator(seed, "transfer")``,
     the off-manifold sets from the seed's own streams."""
-    from mebench.fidelity import FidelityEvaluator
-    from mebench.seeding import generator
+    from mebench.probes.transferability.fidelity import FidelityEvaluator
+    from mebench.support.seeding import generator
 
     ev = TransferEvaluator(prep.victim, prep.evaluator.x, prep.evaluator.y,
                            settings_for(prep.profile, params.images, params.eps), params.methods,
@@ -334,10 +334,10 @@ def evaluator_for(params: Any, prep: Any, seed: int) -> TransferEvaluator:
 def reference_models(cfg: Any, k: int, num_classes: int, device: torch.device, x: torch.Tensor, y: torch.Tensor
                      ) -> list[nn.Module]:
     """The ``independent`` reference ensemble of ``k`` models (``measure.transfer.references``;
-    ``mebench.refcache``: trained once per machine and code identity), indexed by the run's plan
+    ``mebench.probes.transferability.refcache``: trained once per machine and code identity), indexed by the run's plan
     so a cost estimate knows it is cached."""
-    from mebench.config.plan import resolve
-    from mebench.refcache import ensemble_key, reference_ensemble
+    from mebench.run.plan import resolve
+    from mebench.probes.transferability.refcache import ensemble_key, reference_ensemble
     from mebench.training.track_a import TrackASpec
 
     base = TrackASpec.from_config(cfg, num_classes)
@@ -355,7 +355,7 @@ def _victim_file(cfg: Any) -> Optional[str]:
 def victim_seeds(cfg: Any) -> tuple[int, ...]:
     """The victim recipe's seed when its architecture is the substitute's (``PATH.json``): an
     initialization no reference or init-variance model may start from."""
-    from mebench.refcache import victim_recipe
+    from mebench.probes.transferability.refcache import victim_recipe
 
     path = _victim_file(cfg)
     recipe = victim_recipe(path) if path else None

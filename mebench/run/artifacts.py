@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from mebench.metricspec import METRIC_NAMES
-from mebench.naming import latest_stamp_dir, make_stamp_dir
-from mebench.serial import jsonable
+from mebench.support.naming import latest_stamp_dir, make_stamp_dir
+from mebench.support.serial import jsonable
 
 if TYPE_CHECKING:  # torch-free at import: the report reads the schema below without torch
     from mebench.types import CheckpointResult

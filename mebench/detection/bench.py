@@ -5,7 +5,7 @@ A detector changes no answer, so what it sees of an attack is the attack's query
 any training it does inside it; no substitute is scored) and keeps every query with its answer.
 Each detector then watches, from a fresh instance:
 
-- every benign client of :mod:`mebench.benign_traffic` (test splits only; answers precomputed once
+- every benign client of :mod:`mebench.detection.benign` (test splits only; answers precomputed once
   per split), recording its score over the whole stream and the query it was flagged at;
 - every attack stream, recording the trace of its score (:meth:`Detector.raise_score`) so that the
   query count at detection can be read at a threshold set afterwards on the benign scores;
@@ -17,8 +17,8 @@ Each detector then watches, from a fresh instance:
   it for the purpose). The attack never uses the natural images' answers, so collecting its
   queries alone and interleaving afterwards gives the stream the detector would have seen.
 
-:func:`mebench.detection_rates.score_streams` turns the records into TPR at FPR ≤ 1 % and ≤ 0.1 % with bootstrap intervals
-(:mod:`mebench.detection_rates`) and the query count at detection; ``mebench report`` draws the
+:func:`mebench.detection.rates.score_streams` turns the records into TPR at FPR ≤ 1 % and ≤ 0.1 % with bootstrap intervals
+(:mod:`mebench.detection.rates`) and the query count at detection; ``mebench report`` draws the
 tables and the ROC curves (:mod:`mebench.report.detection_bench`).
 """
 
@@ -31,12 +31,12 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from mebench.benign_traffic import BenignStream
+from mebench.detection.benign import BenignStream
 from mebench.defenses.detection import Detector
 from mebench.oracle import AnswerPipeline, AnswerTransform, Oracle
-from mebench.seeding import derive_seed
+from mebench.support.seeding import derive_seed
 
-from mebench.detection_rates import BENCH_FILE, FPRS, score_streams  # noqa: F401  (torch-free: the report reads them)
+from mebench.detection.rates import BENCH_FILE, FPRS, score_streams  # noqa: F401  (torch-free: the report reads them)
 
 
 class Recorder(AnswerTransform):
@@ -62,7 +62,7 @@ class Recorder(AnswerTransform):
 def collect_stream(answers: AnswerPipeline, attack: Any, output_mode: str, budget: int, shape: tuple,
                    make_state: Callable[[int], Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """The attack's ``budget`` queries (pixels in [0, 1]) and the answers it got, in order."""
-    from mebench.engine import collect
+    from mebench.run.engine import collect
 
     rec = Recorder()
     oracle = Oracle(AnswerPipeline(answers.victim, [*answers.transforms, rec]), output_mode, budget, shape)

@@ -3,7 +3,7 @@
 A stored seed folder is kept only when its files are whole (``summary.json`` parses and says
 ``complete``; ``metrics.csv`` has exactly the §16.2 header, whole rows and a Track A row at every
 checkpoint) and it is a result of what would run now: the same plan hash, code identity and
-torch thread count (``mebench.config.plan.stale_reason``). Otherwise it is run again, and the caller
+torch thread count (``mebench.run.plan.stale_reason``). Otherwise it is run again, and the caller
 prints :attr:`Verdict.reason` (one line). ``--keep-stale`` keeps a whole but stale folder
 instead, and :func:`mark_kept_stale` writes ``resume: {kept_stale: true, reason}`` into its
 ``summary.json`` so every reader can tell. Torch-free except for the atomic writer it calls.
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from mebench.config.plan import stale_reason
+from mebench.run.plan import stale_reason
 
 if TYPE_CHECKING:
-    from mebench.config.plan import RunPlan
+    from mebench.run.plan import RunPlan
 
 #: The ``summary.json`` key a ``--keep-stale`` folder carries.
 RESUME_KEY = "resume"
@@ -94,7 +94,7 @@ def metrics_problem(path: Path, checkpoints: Sequence[int], columns: Sequence[st
 
 def check_folder(directory: Path, plan: "RunPlan", code_identity: str, threads: Optional[int]) -> Verdict:
     """The verdict on one stored seed folder (``summary.json`` + ``metrics.csv``) against ``plan``."""
-    from mebench.artifacts import METRICS_COLUMNS
+    from mebench.run.artifacts import METRICS_COLUMNS
 
     if not directory.is_dir():
         return Verdict(False, NO_RESULTS)
@@ -149,7 +149,7 @@ def verdict_words(verdict: Verdict) -> str:
 
 def mark_kept_stale(directory: Path, summary: dict[str, Any], reason: str) -> dict[str, Any]:
     """Write ``resume: {kept_stale: true, reason}`` into the folder's ``summary.json`` (atomically)."""
-    from mebench.artifacts import atomic_write_json
+    from mebench.run.artifacts import atomic_write_json
 
     marked = {**summary, RESUME_KEY: {"kept_stale": True, "reason": reason}}
     atomic_write_json(directory / "summary.json", marked)
@@ -184,8 +184,8 @@ def resume_seeds(run_dir: Path, plans: dict[int, "RunPlan"], keep_stale: bool, t
                  tell: Optional[Callable[[str], None]] = None) -> dict[int, tuple[dict[str, Any], list[dict[str, Any]]]]:
     """``mebench run --resume``: the seeds of an earlier run folder that are kept, each as its
     ``summary.json`` and ``metrics.csv`` rows; ``tell`` gets one line per seed (kept, or why it runs again)."""
-    from mebench.artifacts import read_metrics_csv
-    from mebench.identity import code_identity
+    from mebench.run.artifacts import read_metrics_csv
+    from mebench.support.identity import code_identity
 
     kept: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     for seed, plan in plans.items():

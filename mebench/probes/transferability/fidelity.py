@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mebench.seeding import derive_seed, generator
+from mebench.support.seeding import derive_seed, generator
 
 FIDELITY_COLUMNS: tuple[str, ...] = ("seed", "checkpoint_B", "track", "member", "measure", "value", "n_images")
 MEASURES: tuple[str, ...] = ("agreement_uniform_noise", "agreement_untrained_generator", "grad_cosine")
@@ -61,7 +61,7 @@ def untrained_generator_images(n: int, shape: tuple[int, int, int], seed: int,
 
 def input_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500) -> torch.Tensor:
     """∇ₓ CE(model(x), y) per image, flattened to ``[N, D]`` (batched; the model's mode is kept)."""
-    from mebench.transfer import input_grad
+    from mebench.probes.transferability.transfer import input_grad
 
     return torch.cat([input_grad(model, x[i:i + batch_size], y[i:i + batch_size]).flatten(1)
                       for i in range(0, int(x.shape[0]), batch_size)])
