@@ -5,6 +5,7 @@ imports another that imports it back (0 import circles)."""
 from __future__ import annotations
 
 import ast
+import re
 import json
 import subprocess
 import sys
@@ -134,3 +135,43 @@ def test_no_import_circles_among_mebench_modules():
 def test_the_engine_stays_the_loop_and_its_events():
     lines = (PACKAGE / "run" / "engine.py").read_text().splitlines()
     assert len(lines) <= 250, f"mebench/run/engine.py has {len(lines)} lines (at most 250)"
+
+
+def architecture_map() -> dict[str, str]:
+    """The package map of docs/architecture.md: each top-level entry (``run/``, ``oracle.py``) -> its text."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    block = page.split("```\nmebench/\n", 1)[1].split("```", 1)[0]
+    entries: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        head = line[2:].split(" ", 1)[0] if line.startswith("  ") and not line.startswith("   ") else ""
+        if head:
+            current = head
+            entries[current] = line[2 + len(head):]
+        elif current:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+# issue 55: the root holds at most 12 modules and the architecture page names every module where it lives
+# (a module added without its line on the map fails here).
+def test_the_root_is_small_and_the_map_names_every_module():
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= 12, f"{len(root)} modules at mebench/'s root (at most 12): {root}"
+    entries = architecture_map()
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if path.name == "__init__.py":
+            continue
+        top, _, rest = rel.partition("/")
+        if not rest:  # a root module: its own entry, or named in another root entry's text
+            if top not in entries and not any(top in text.split() or f"{top}:" in text for text in entries.values()):
+                missing.append(rel)
+        else:  # in its folder's entry; a subfolder's module after the subfolder's name ("sub/ (a.py ...")
+            text = entries.get(f"{top}/", "")
+            sub, _, name = rest.rpartition("/")
+            text = text[text.find(f"{sub}/"):] if sub and f"{sub}/" in text else ("" if sub else text)
+            if not re.search(rf"(?<![\w/]){re.escape(name)}\b", text):
+                missing.append(rel)
+    assert not missing, f"docs/architecture.md does not name: {missing}"
