@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from mebench.metrics import METRIC_NAMES
+from mebench.run.plan import resolve, site
 from test_track_b_test_split import ATTACKS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -50,7 +51,7 @@ def test_attack_runs_on_cuda_with_cifar_shaped_images(make_cfg, cifar_victim, tm
 
     cfg = cuda_config(make_cfg, cifar_victim, attack, other)
     validate(cfg)
-    prep = engine.prepare(cfg)
+    prep = engine.prepare(resolve(cfg), site(cfg))
     devices: dict[int, set[str]] = {}
     real_make = engine.make_attack
 
@@ -68,7 +69,7 @@ def test_attack_runs_on_cuda_with_cifar_shaped_images(make_cfg, cifar_victim, tm
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine, "make_attack", make)
-        result = engine.run_seed(cfg, 0, prep, tmp_path / "run", progress=False)
+        result = engine.run_seed(resolve(cfg, 0), site(cfg), prep, tmp_path / "run", progress=False)
     summary = result.summary
     assert summary["status"] == "complete" and summary["queries_used"] == 301
     assert devices == {97: {"cuda"}, 301: {"cuda"}}

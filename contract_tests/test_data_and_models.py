@@ -13,6 +13,7 @@ from mebench.data.datasets import load_split
 from mebench.data.profiles import PROFILES, DatasetProfile, get_profile, register_dataset
 from mebench.errors import DataMissingError
 from mebench.models.registry import build_model
+from mebench.run.plan import resolve, site
 
 
 @pytest.mark.parametrize("name, shape, classes", [("MNIST", (1, 28, 28), 10), ("CIFAR10", (3, 32, 32), 10),
@@ -72,8 +73,8 @@ def test_cifar_code_path_on_synthetic_tensors(tmp_path, monkeypatch):
 def test_seed_pool_comes_from_the_train_split_and_every_image_is_new(make_cfg):
     # contract 3.1: 100 seed images from the victim *train* split; the pool grows by augmentation
     cfg = make_cfg(dataset={"data_mode": "seed", "surrogate_name": None, "seed_size": 20, "seed_pool_size": 400})
-    prep = engine.prepare(cfg)
-    pool = engine.build_pool(cfg, prep, seed=0)
+    prep = engine.prepare(resolve(cfg), site(cfg))
+    pool = engine.build_pool(resolve(cfg, 0), prep)
     train, _ = load_split("SYNTH", cfg.dataset.data_root, True)
     test, _ = load_split("SYNTH", cfg.dataset.data_root, False)
     assert len(pool) == 400
@@ -82,9 +83,9 @@ def test_seed_pool_comes_from_the_train_split_and_every_image_is_new(make_cfg):
     in_test = (seeds[:, None, :] == test.flatten(1)[None]).all(-1).any(1)
     assert in_train.all() and not in_test.any()
     assert torch.unique(pool.images.flatten(1), dim=0).shape[0] == 400
-    again = engine.build_pool(cfg, prep, seed=0)
+    again = engine.build_pool(resolve(cfg, 0), prep)
     assert torch.equal(pool.images, again.images)
-    assert not torch.equal(pool.images, engine.build_pool(cfg, prep, seed=1).images)
+    assert not torch.equal(pool.images, engine.build_pool(resolve(cfg, 1), prep).images)
 
 
 def test_grow_pool_is_vectorized_and_seeded():

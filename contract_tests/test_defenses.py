@@ -22,6 +22,7 @@ from mebench.oracle import Oracle
 from mebench.testing import _images
 from mebench.config.validation import defense_params, validate
 from mebench.victims.wrapper import FrozenVictim
+from mebench.run.plan import resolve, site
 
 SHAPE = (1, 8, 8)
 PARAMS = {"temperature": {"temperature": 3.0}, "topk": {"k": 2}, "rounding": {"decimals": 1},
@@ -125,15 +126,16 @@ def test_track_a_trains_on_what_the_defended_oracle_returned(make_cfg, tmp_path,
     # contract 7: D_B is the defended answers, query for query; the count is still exact
     cfg = make_cfg(defense={"name": name, "params": PARAMS.get(name, {})}, cache={"enabled": False})
     validate(cfg, check_files=False)
-    prep = engine.prepare(cfg)
-    store = _Recorder(engine.make_store(cfg, prep, None))
-    oracle = engine.make_oracle(cfg, prep, 0)
-    result = engine.run_seed(cfg, 0, prep, tmp_path / "seed_0", progress=False, oracle=oracle, store=store)
+    prep = engine.prepare(resolve(cfg), site(cfg))
+    store = _Recorder(engine.make_store(resolve(cfg), site(cfg), prep, None))
+    oracle = engine.make_oracle(resolve(cfg, 0), prep)
+    result = engine.run_seed(resolve(cfg, 0), site(cfg), prep, tmp_path / "seed_0", progress=False, oracle=oracle, store=store)
     answered = torch.cat(store.answers)
     assert result.summary["queries_used"] == 500 and answered.shape[0] == 500
     for n, y in store.reads.items():
         assert torch.equal(y, answered[:n])
-    plain = engine.make_oracle(make_cfg(), prep, 0).answers
+    plain_cfg = make_cfg()
+    plain = engine.make_oracle(resolve(plain_cfg, 0), prep).answers
     x = torch.rand(32, *SHAPE)
     assert not torch.allclose(oracle.answers.probs(x), plain.probs(x))  # the defense did act
     cost = result.summary["defense"]["utility"]

@@ -17,6 +17,7 @@ from mebench.defenses.prada import Prada
 from mebench.errors import ConfigError
 from mebench.testing import _images
 from mebench.config.validation import validate
+from mebench.run.plan import resolve, site
 
 # W from scipy.stats.shapiro (scipy 1.17.1) for numpy.random.default_rng(2019) draws, in this order.
 SCIPY_W = [(3, "normal", 0.9755364966506179), (5, "normal", 0.8732826306862672),
@@ -113,9 +114,9 @@ def test_prada_in_a_run_changes_nothing_and_records_the_streams(make_cfg, tmp_pa
     watched = make_cfg(cache={"enabled": False}, defense={"name": "prada", "params": {"min_distances": 20}},
                        measure={"detection": {"benign_streams": 2, "benign_dataset": "SYNTHSUR"}})
     validate(watched, check_files=False)
-    prep = engine.prepare(plain)
-    a = engine.run_seed(plain, 0, prep, tmp_path / "plain", progress=False)
-    b = engine.run_seed(watched, 0, prep, tmp_path / "watched", progress=False)
+    prep = engine.prepare(resolve(plain), site(plain))
+    a = engine.run_seed(resolve(plain, 0), site(plain), prep, tmp_path / "plain", progress=False)
+    b = engine.run_seed(resolve(watched, 0), site(watched), prep, tmp_path / "watched", progress=False)
     strip = ("seconds",)
     rows = lambda r: [{k: v for k, v in row.items() if k not in strip} for row in r.rows]  # noqa: E731
     assert rows(a) == rows(b) and b.summary["queries_used"] == a.summary["queries_used"] == 500

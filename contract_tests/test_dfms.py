@@ -25,6 +25,7 @@ from mebench.errors import ConfigError
 from mebench.models.registry import build_model
 from mebench.testing import SYNTH_CLASSES, SYNTH_SHAPE, SpyNet, drive_attack, register_synthetic
 from mebench.config.validation import validate
+from mebench.run.plan import resolve, site
 
 register_synthetic()
 TINY = dict(batch_size=8, latent_dim=8, generator_width=4, disc_width=4, gan_epochs=1, divgan_epochs=1,
@@ -142,8 +143,8 @@ def test_engine_proxy_holds_none_of_the_victims_images(make_cfg, tmp_path, name)
     cfg = make_cfg(attack={"name": name, "output_mode": mode, "params": TINY}, victim={"output_mode": mode},
                    budget={"max_budget": 200, "checkpoints": [200]}, cache={"enabled": False})
     validate(cfg)
-    prep = engine.prepare(cfg)
-    attack = engine.make_attack(cfg, prep, 0, engine.build_pool(cfg, prep, 0))
+    prep = engine.prepare(resolve(cfg), site(cfg))
+    attack = engine.make_attack(resolve(cfg, 0), prep, engine.build_pool(resolve(cfg, 0), prep))
     sur_x, _ = get_profile("SYNTHSUR").reader(".", True, False)
     assert torch.equal(attack.pool.images, sur_x)  # the surrogate's train split, nothing else
 

@@ -22,6 +22,7 @@ from mebench.probes.transferability import refcache
 from mebench.defenses.misinformation import AdaptiveMisinformation
 from mebench.testing import register_synthetic
 from mebench.training.track_a import TrackATrainer
+from mebench.run.plan import resolve, site
 
 from test_adaptive_misinformation import _context, _victim
 from test_transfer_fidelity import _data, _spec
@@ -146,6 +147,6 @@ def test_a_second_process_meets_the_same_fitted_defense_without_fitting(make_cfg
     cfg = make_cfg(defense={"name": "adaptive_misinformation", "params": {"tau": 0.8, "epochs": 0.5}},
                    cache={"enabled": False})
     x = torch.rand(16, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    answers = [engine.make_oracle(cfg, engine.prepare(cfg), 0).answers.probs(x) for _ in range(2)]
+    answers = [engine.make_oracle(resolve(cfg, 0), engine.prepare(resolve(cfg), site(cfg))).answers.probs(x) for _ in range(2)]
     assert len(counter.read_text().splitlines()) == 1
     assert torch.equal(answers[0], answers[1])

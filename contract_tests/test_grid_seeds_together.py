@@ -81,8 +81,8 @@ class Failing(TrackATrainer):
 
 
 @pytest.fixture
-def track_a_trainer(run_config, victim):
-    real = engine.make_track_a_trainer(run_config, victim)
+def track_a_trainer(cell, run_config, victim):
+    real = engine.make_track_a_trainer(cell.plan, victim)
     return Failing(real.spec, real.device)
 """
 
@@ -136,3 +136,48 @@ def test_a_cell_resolves_its_plan_once(bench: pytest.Pytester) -> None:
     result = bench.runpytest("benchmarks", "-k", "random and surrogate and soft_prob", "-p", "no:randomly")
     result.assert_outcomes(passed=2)
     assert (bench.path / "resolves.txt").read_text() == "2"
+
+
+PARAMS_COUNTING = """\
+import collections
+import mebench.config as config_module
+import mebench.config.schema as builder_module
+import mebench.config.validation as validation_module
+
+BUILT = collections.Counter()
+REAL_BUILD = builder_module.build_params
+
+
+def counting_build(cls, raw, where, *args, **kwargs):
+    BUILT[where] += 1
+    return REAL_BUILD(cls, raw, where, *args, **kwargs)
+
+
+for module in (config_module, builder_module, validation_module):
+    module.build_params = counting_build
+
+
+def pytest_sessionfinish(session):
+    import json
+    (session.config.rootpath / "params.json").write_text(json.dumps(BUILT))
+
+
+def pytest_unconfigure(config):
+    for module in (config_module, builder_module, validation_module):
+        module.build_params = REAL_BUILD
+"""
+
+
+# issue 55: a grid cell builds its attack's, its defense's and each probe's Params once, from
+# collection to its records (the plan is the one place a config meets the registries).
+def test_a_cell_builds_each_plugin_s_params_once(bench: pytest.Pytester) -> None:
+    grid = bench.path / "configs" / "benchmarks" / "mnist.yaml"
+    text = grid.read_text().replace("seeds: [0, 1]", "seeds: [0]\noutput_modes: [soft_prob]")
+    grid.write_text(text.split("  - name: dfme")[0].replace("[seed, surrogate, data_free]", "[surrogate]"))
+    (bench.path / "conftest.py").write_text((bench.path / "conftest.py").read_text() + "\n" + PARAMS_COUNTING)
+    result = bench.runpytest("benchmarks", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)  # the grid's one cell, collected, run and recorded
+    built = json.loads((bench.path / "params.json").read_text())
+    probes = {k: v for k, v in built.items() if k.startswith("measure.")}
+    assert built["attack.params"] == 1 and built["defense.params"] == 1, built
+    assert probes and all(v == 1 for v in probes.values()), built

@@ -175,3 +175,28 @@ def test_the_root_is_small_and_the_map_names_every_module():
             if not re.search(rf"(?<![\w/]){re.escape(name)}\b", text):
                 missing.append(rel)
     assert not missing, f"docs/architecture.md does not name: {missing}"
+
+
+#: the doors where a config becomes plans: resolve and its helpers, the site, and engine.run (validate,
+#: resolve, run the plans); nothing else under the run wing or the probes reads a RunConfig
+CONFIG_DOORS = {"mebench.run.plan": {"resolve", "site", "_probes", "_victim_plan"}, "mebench.run.engine": {"run"}}
+
+
+# issue 55: the plan is the run's only input: no function of the run wing or of a probe takes or reads a
+# RunConfig (an argument named cfg, a RunConfig annotation, an attribute .cfg) beyond the doors above.
+def test_nothing_below_the_plan_reads_a_run_config():
+    found = []
+    for folder in ("run", "probes"):
+        for path in sorted((PACKAGE / folder).rglob("*.py")):
+            module = "mebench." + path.relative_to(PACKAGE).with_suffix("").as_posix().replace("/", ".")
+            tree = ast.parse(path.read_text())
+            for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                if fn.name in CONFIG_DOORS.get(module, ()):
+                    continue
+                args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+                reads = [a.arg for a in args if a.arg == "cfg" or "RunConfig" in ast.unparse(a.annotation or ast.Constant(""))]
+                reads += [f".{n.attr}" for n in ast.walk(fn) if isinstance(n, ast.Attribute) and n.attr == "cfg"]
+                reads += [n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == "RunConfig"]
+                if reads:
+                    found.append(f"{module}.{fn.name}: {sorted(set(reads))}")
+    assert not found, found

@@ -291,8 +291,8 @@ class BrokenTrainer:
 
 
 @pytest.fixture
-def track_a_trainer(run_config, victim):
-    return BrokenTrainer(engine.make_track_a_trainer(run_config, victim), run_config.attack.output_mode == "hard_top1")
+def track_a_trainer(cell, run_config, victim):
+    return BrokenTrainer(engine.make_track_a_trainer(cell.plan, victim), run_config.attack.output_mode == "hard_top1")
 """
 
 
@@ -300,12 +300,13 @@ COLLAPSING = """\
 import pytest
 from mebench.run import engine
 from mebench.testing import CollapsingTrainer
+from mebench.run.plan import resolve
 from test_cells import test_cell  # the same test, with a Track A substitute that answers one class
 
 
 @pytest.fixture
-def track_a_trainer(run_config, victim):
-    return CollapsingTrainer(engine.make_track_a_trainer(run_config, victim))
+def track_a_trainer(cell, run_config, victim):
+    return CollapsingTrainer(engine.make_track_a_trainer(cell.plan, victim))
 """
 
 

@@ -13,6 +13,7 @@ from mebench.run import engine
 from mebench.data.cache import QueryStore
 from mebench.training.loop import OptimizerSpec, steps_for_budget
 from mebench.training.track_a import TrackASpec, TrackATrainer
+from mebench.run.plan import resolve, site
 
 
 def _rows(res):
@@ -33,10 +34,10 @@ def test_same_config_gives_bit_identical_metrics_and_weights_on_cpu(make_cfg):
 def test_different_run_seeds_give_different_query_sets(make_cfg):
     # contract 10: the run seed drives attack sampling
     cfg = make_cfg()
-    prep = engine.prepare(cfg)
-    a0 = engine.make_attack(cfg, prep, 0, engine.build_pool(cfg, prep, 0))
-    a1 = engine.make_attack(cfg, prep, 1, engine.build_pool(cfg, prep, 1))
-    again = engine.make_attack(cfg, prep, 0, engine.build_pool(cfg, prep, 0))
+    prep = engine.prepare(resolve(cfg), site(cfg))
+    a0 = engine.make_attack(resolve(cfg, 0), prep, engine.build_pool(resolve(cfg, 0), prep))
+    a1 = engine.make_attack(resolve(cfg, 1), prep, engine.build_pool(resolve(cfg, 1), prep))
+    again = engine.make_attack(resolve(cfg, 0), prep, engine.build_pool(resolve(cfg, 0), prep))
     assert not torch.equal(a0.sampler.order[:100], a1.sampler.order[:100])
     assert torch.equal(a0.sampler.order, again.sampler.order)
 
@@ -135,6 +136,6 @@ def test_d_b_holds_the_oracle_outputs_of_exactly_those_images(make_cfg, monkeypa
     res = engine.run(cfg, progress=False)
     x = torch.cat([s[0] for s in seen])
     y = torch.cat([s[1] for s in seen])
-    prep = engine.prepare(cfg)
+    prep = engine.prepare(resolve(cfg), site(cfg))
     torch.testing.assert_close(prep.victim.probs(x), y)
     assert res.seeds[0].summary["queries_used"] == x.shape[0] == cfg.budget.max_budget

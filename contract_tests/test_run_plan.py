@@ -105,7 +105,7 @@ def test_summary_records_the_whole_plan(make_cfg):
     assert plan["defenses"] == [{"name": "topk", "label": "topk",
                                  "params": dataclasses.asdict(DEFENSES.get("topk").Params())}]
     assert plan["defenses"][0]["params"]  # topk has parameters, all defaults here
-    assert plan["pool"] == {"kind": "surrogate", "source": "SYNTHSUR", "size": 5000, "need": 200, "seed_size": None}
+    assert plan["pool"] == {"kind": "surrogate", "source": "SYNTHSUR", "size": 5000, "need": 200, "seed_size": 100}
     assert plan["input_shape"] == [1, 8, 8] and plan["checkpoints"] == [100, 200] and plan["seed"] == 0
     assert plan["victim"]["checkpoint_sha256"] == hashlib.sha256(Path(cfg.victim.checkpoint_ref).read_bytes()).hexdigest()
     assert summary["plan_hash"] == hashlib.sha256(canonical_json(plan).encode()).hexdigest()

@@ -19,6 +19,7 @@ import torch
 
 from mebench.attacks import ATTACKS as ATTACK_CLASSES
 from mebench.testing import swap_synth_test_split
+from mebench.run.plan import resolve, site
 from test_dfme import TINY as TINY_DFME  # each generative attack's tiny preset lives in its own test module
 from test_dfms import TINY as TINY_DFMS
 from test_maze import TINY as TINY_MAZE
@@ -53,7 +54,7 @@ def fingerprint(cfg, out: Path, tamper: Optional[Callable[[Any], None]] = None) 
     """Run seed 0 of ``cfg``; the queries, answers, Track B weights per checkpoint and the test split used."""
     from mebench.run import engine
 
-    prep = engine.prepare(cfg)
+    prep = engine.prepare(resolve(cfg), site(cfg))
     seen: dict[str, Any] = {"x": [], "y": [], "b": {}}
     real_make = engine.make_attack
 
@@ -78,7 +79,7 @@ def fingerprint(cfg, out: Path, tamper: Optional[Callable[[Any], None]] = None) 
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine, "make_attack", make)
-        result = engine.run_seed(cfg, 0, prep, out, progress=False)
+        result = engine.run_seed(resolve(cfg, 0), site(cfg), prep, out, progress=False)
     assert result.summary["status"] == "complete" and result.summary["queries_used"] == cfg.budget.max_budget
     if ATTACK_CLASSES.get(cfg.attack.name).has_track_b:  # controls have no loop of their own
         assert sorted(seen["b"]) == list(cfg.budget.checkpoints)

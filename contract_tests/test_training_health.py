@@ -18,6 +18,7 @@ from mebench.report import write_report
 from mebench.testing import CollapsingTrainer
 from mebench.training.health import COLLAPSE_SHARE, LossCurve, assess, top_class_share
 from mebench.training.loop import OptimizerSpec, train_steps
+from mebench.run.plan import resolve, site
 
 
 def _curve(values) -> LossCurve:
@@ -92,11 +93,11 @@ def test_a_healthy_run_records_every_checkpoint_and_raises_no_flag(make_cfg):
 @pytest.mark.slow
 def test_a_collapsed_track_a_is_flagged_in_the_summary_the_log_and_the_report(make_cfg, tmp_path):
     cfg = make_cfg()
-    prep = engine.prepare(cfg)
+    prep = engine.prepare(resolve(cfg), site(cfg))
     lines: list[str] = []
     seed_dir = tmp_path / "run" / "seed_0"
-    result = engine.run_seed(cfg, 0, prep, seed_dir, progress=False, say=lines.append,
-                             trainer=CollapsingTrainer(engine.make_track_a_trainer(cfg, prep), diverge=True))
+    result = engine.run_seed(resolve(cfg, 0), site(cfg), prep, seed_dir, progress=False, say=lines.append,
+                             trainer=CollapsingTrainer(engine.make_track_a_trainer(resolve(cfg), prep), diverge=True))
     flags = result.summary["health_flags"]
     assert [f.split(":")[0] for f in flags] == ["Track A B=200 collapsed", "Track A B=200 diverged",
                                                 "Track A B=500 collapsed", "Track A B=500 diverged"]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from mebench.run import engine
+from mebench.run.plan import resolve, site
 from mebench.errors import ConfigError, SlowVictimWarning, VictimLoadError
 from mebench.config.validation import validate
 from mebench.victims.formats import build_victim, export_victim, measure_throughput, throughput_warning
@@ -28,6 +29,7 @@ from types import SimpleNamespace
 
 from mebench.models.registry import Normalized
 from mebench.victims.load import victim_network
+from mebench.run.plan import resolve, site
 
 CHECKPOINT = {checkpoint!r}
 
@@ -171,13 +173,13 @@ def test_throughput_is_measured_and_a_slow_victim_warned(make_cfg, victims):
     cfg = make_cfg(victim={"format": "callable", "checkpoint_ref": "synth_victims:slow", "normalizes": True,
                            "throughput_floor": 100000.0})
     with pytest.warns(SlowVictimWarning, match=r"below victim.throughput_floor .* 500 queries"):
-        prep = engine.prepare(cfg)
+        prep = engine.prepare(resolve(cfg), site(cfg))
     rate = prep.victim_meta["throughput_images_per_s"]
     assert 0 < rate < 256 / 0.02 * 1.05  # at most one 256-image batch per 20 ms
     fast = make_cfg()
     with warnings.catch_warnings():
         warnings.simplefilter("error", SlowVictimWarning)
-        assert engine.prepare(fast).victim_meta["throughput_images_per_s"] > rate
+        assert engine.prepare(resolve(fast), site(fast)).victim_meta["throughput_images_per_s"] > rate
     assert throughput_warning(50.0, 100.0, 1_000_000) is not None and "333.3 min" in throughput_warning(
         50.0, 100.0, 1_000_000)
     assert throughput_warning(150.0, 100.0, 10) is None

@@ -159,6 +159,10 @@ class CacheSection:
     delete_on_finish: bool = True
 
 
+#: Where a RunConfig keeps the typed parameters built from it (``RunConfig.typed``); not a field.
+TYPED = "_typed_params"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """A whole run: one victim, one dataset/data mode, one attack and output mode, N seeds."""
@@ -203,7 +207,22 @@ class RunConfig:
         return label if strategy in (None, "naive") else f"{label}.{strategy}"
 
     def replace(self, **sections: Any) -> "RunConfig":
-        return dataclasses.replace(self, **sections)
+        """A copy with ``sections`` replaced; typed parameters already built (``typed``) are kept
+        for the sections they were read from when those sections are unchanged."""
+        new = dataclasses.replace(self, **sections)
+        kept = {k: v for k, v in self.__dict__.get(TYPED, {}).items() if not set(k[1]) & set(sections)}
+        if kept:
+            new.__dict__[TYPED] = kept
+        return new
+
+    def typed(self, key: str, reads: tuple[str, ...], build: Any) -> Any:
+        """The typed parameters ``key`` of this config (read from the sections ``reads``), built once by
+        ``build()`` and kept with the config: validation, the grid and the plan share one ``Params``
+        object per plugin instead of parsing the same mapping again (the config is frozen)."""
+        cache = self.__dict__.setdefault(TYPED, {})
+        if (key, reads) not in cache:
+            cache[(key, reads)] = build()
+        return cache[(key, reads)]
 
 
 # --------------------------------------------------------------------------- parsing

@@ -260,9 +260,12 @@ def attack_params(cfg: RunConfig) -> Any:
     under the config's keys (raises ConfigError on unknown keys or bad types)."""
     from mebench.attacks import ATTACKS
 
-    cls = ATTACKS.get(cfg.attack.name)
-    raw = {**cls.dataset_defaults(cfg.dataset.name), **cfg.attack.params}  # the config's keys win
-    return build_params(cls.Params, raw, "attack.params")
+    def build() -> Any:
+        cls = ATTACKS.get(cfg.attack.name)
+        raw = {**cls.dataset_defaults(cfg.dataset.name), **cfg.attack.params}  # the config's keys win
+        return build_params(cls.Params, raw, "attack.params")
+
+    return cfg.typed("attack", ("attack", "dataset"), build)
 
 
 def _check_dataset(cfg: RunConfig) -> None:
@@ -398,7 +401,8 @@ def defense_params(cfg: RunConfig) -> Any:
     """The defense's parsed ``Params`` object (raises ConfigError on unknown keys or bad types)."""
     from mebench.defenses import DEFENSES
 
-    return build_params(DEFENSES.get(cfg.defense.name).Params, cfg.defense.params, "defense.params")
+    return cfg.typed("defense", ("defense",),
+                     lambda: build_params(DEFENSES.get(cfg.defense.name).Params, cfg.defense.params, "defense.params"))
 
 
 def _check_defense(cfg: RunConfig) -> None:
@@ -430,8 +434,16 @@ def _check_measure(cfg: RunConfig) -> None:
             raise ConfigError(f"measure.{name}", raw, unknown_name_message("probe", name, PROBES.names()))
         if raw is not None and not isinstance(raw, Mapping):
             raise ConfigError(f"measure.{name}", raw, "must be a mapping of the probe's parameters")
+    from mebench.probes import ProbeScope
+
+    scope = ProbeScope(cfg.dataset.name, cfg.dataset.data_mode, cfg.attack.output_mode)
     for cls in PROBES.values():
-        cls.check(cls.configure(cfg), cfg)
+        cls.check(probe_params(cfg, cls), scope)
+
+
+def probe_params(cfg: RunConfig, cls: Any) -> Any:
+    """A probe's typed ``Params`` from ``measure.<name>`` (defaults filled in), built once per config."""
+    return cfg.typed(f"probe:{cls.name}", ("measure",), lambda: cls.configure(cfg.measure_params(cls.name)))
 
 
 #: The rules that need no registry and no torch, checked first (``load_config``).

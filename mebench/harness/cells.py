@@ -202,15 +202,16 @@ def cell_recorder(bench: Any, cell: Cell, run_config: "RunConfig", device: str,
                         say=bench.progress_say(cell))
 
 
-def open_store(bench: Any, run_config: "RunConfig", victim: Any, directory: Path) -> PrefixAudit:
+def open_store(bench: Any, plan: Any, run_config: "RunConfig", victim: Any, directory: Path) -> PrefixAudit:
     """A cell's temporary query store (§11.2) in ``directory`` (a leftover one removed first), audited for
     the D_B prefix rule and marked with the run's token, so the controller can remove it should the
     worker be killed before the cell's own cleanup."""
     from mebench.run import engine
+    from mebench.run.plan import site
     from mebench.support.naming import mark_cache_owner
 
     shutil.rmtree(directory, ignore_errors=True)
-    store = PrefixAudit(engine.make_store(run_config, victim, directory))
+    store = PrefixAudit(engine.make_store(plan, site(run_config), victim, directory))
     if directory.is_dir():
         mark_cache_owner(directory, bench.run_token)
     return store

@@ -93,12 +93,12 @@ def run_config(pytestconfig: pytest.Config, cell: Cell, device: torch.device) ->
 @pytest.fixture
 def oracle(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfig, victim: engine.Prepared) -> Oracle:
     member = seedgroups.groups(request.config).member(cell)  # run already, with its seed group
-    return member.oracle if member is not None else engine.make_oracle(run_config, victim)
+    return member.oracle if member is not None else engine.make_oracle(cell.plan, victim)
 
 
 @pytest.fixture
-def track_a_trainer(run_config: RunConfig, victim: engine.Prepared) -> TrackATrainer:
-    return engine.make_track_a_trainer(run_config, victim)
+def track_a_trainer(cell: Cell, victim: engine.Prepared) -> TrackATrainer:
+    return engine.make_track_a_trainer(cell.plan, victim)
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def query_cache(request: pytest.FixtureRequest, cell: Cell, run_config: RunConfi
         yield member.store
         assert not directory.exists(), f"§11.2: temporary query cache {directory} survived the cell"
         return
-    store = open_store(bench_session(request.config), run_config, victim, directory)
+    store = open_store(bench_session(request.config), cell.plan, run_config, victim, directory)
     try:
         yield store
     finally:

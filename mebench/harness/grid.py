@@ -156,6 +156,9 @@ class Grid:
     cells: list[Cell]
     notes: list[str]
     default_device: str
+    #: each defense entry's typed parameters (by position in ``defenses``), built once for the grid and
+    #: handed to its cells' configs (``RunConfig.typed``)
+    defense_params: dict = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -417,7 +420,9 @@ def _defense_suits(grid: Grid, defense: dict, output_mode: str) -> bool:
     from mebench.config import build_params
 
     try:  # through the config's schema, as the cell's own resolution does (types, ranges, limits)
-        modes = cls.modes(build_params(cls.Params, defense.get("params") or {}, "defense.params"))
+        if id(defense) not in grid.defense_params:
+            grid.defense_params[id(defense)] = build_params(cls.Params, defense.get("params") or {}, "defense.params")
+        modes = cls.modes(grid.defense_params[id(defense)])
     except ConfigError:  # a bad key or value: the cell's validation names it
         modes = cls.output_modes
     if output_mode in modes:
@@ -477,6 +482,8 @@ def _make_cell(grid: Grid, attack: str, label: str, params: dict, data_mode: str
             grid.notes.append(note)
         return None
     cfg = parse_config(raw)
+    if id(defense) in grid.defense_params:  # built when the grid checked the defense's output modes
+        cfg.typed("defense", ("defense",), lambda: grid.defense_params[id(defense)])
     kept = _feasible_budgets(cfg, budgets)
     dropped = tuple(b for b in budgets if b not in kept)
     if not kept:

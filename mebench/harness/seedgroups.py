@@ -24,6 +24,7 @@ import pytest
 
 from mebench.harness.cells import CellRecorder, PrefixAudit, cell_recorder, open_store
 from mebench.harness.grid import Cell
+from mebench.run.plan import site
 from mebench.support.naming import QUERY_CACHE_DIR
 
 
@@ -95,17 +96,17 @@ def run_cell(request: pytest.FixtureRequest, cell: Cell, run_config: Any, victim
     stackable = bench.options.seeds_together and getattr(trainer, "stackable", False)  # not a test's stand-in
     siblings = _pending_members(request, cell, done) if stackable else []
     if not siblings:
-        return engine.run_seed(run_config, cell.seed, victim, recorder.artifacts_dir, progress=False, oracle=oracle,
-                               store=store, trainer=trainer, say=recorder.say, plan=cell.plan)
+        return engine.run_seed(cell.plan, site(run_config), victim, recorder.artifacts_dir, progress=False,
+                               oracle=oracle, store=store, trainer=trainer, say=recorder.say)
     members = [Member(cell, run_config, oracle, store, recorder)] + [_member(bench, c, victim) for c in siblings]
     by_seed = {m.cell.seed: m for m in members}
 
     def one(seed: int, group_trainer: Any) -> Any:
         m = by_seed[seed]
         try:
-            m.result = engine.run_seed(m.run_config, seed, victim, m.recorder.artifacts_dir, progress=False,
-                                       oracle=m.oracle, store=m.store, trainer=group_trainer, say=m.recorder.say,
-                                       plan=m.cell.plan)
+            m.result = engine.run_seed(m.cell.plan, site(m.run_config), victim, m.recorder.artifacts_dir,
+                                       progress=False, oracle=m.oracle, store=m.store, trainer=group_trainer,
+                                       say=m.recorder.say)
         except BaseException as e:
             m.error = e
             raise
@@ -138,5 +139,5 @@ def _member(bench: Any, cell: Cell, victim: Any) -> Member:
     device = bench.device()
     run_config = bench.run_config(cell, device)
     recorder = cell_recorder(bench, cell, run_config, device)
-    store = open_store(bench, run_config, victim, recorder.artifacts_dir / QUERY_CACHE_DIR)
-    return Member(cell, run_config, engine.make_oracle(run_config, victim), store, recorder)
+    store = open_store(bench, cell.plan, run_config, victim, recorder.artifacts_dir / QUERY_CACHE_DIR)
+    return Member(cell, run_config, engine.make_oracle(cell.plan, victim), store, recorder)

@@ -267,10 +267,12 @@ class BenchSession(RunFolders, JsonReport):
     def prepared(self, victim_key: str, device: str) -> "Prepared":
         """engine.prepare for a victim key, once per process and device."""
         from mebench.run import engine
+        from mebench.run.plan import site
 
         if (victim_key, device) not in self._prepared:
             cell = next(c for c in self.grid.cells if c.victim_key == victim_key)
-            self._prepared[(victim_key, device)] = engine.prepare(self.run_config(cell, device), command="grid")
+            self._prepared[(victim_key, device)] = engine.prepare(cell.plan, site(self.run_config(cell, device)),
+                                                                  command="grid")
         return self._prepared[(victim_key, device)]
 
     def progress_say(self, cell: Cell) -> Optional["Say"]:

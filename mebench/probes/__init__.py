@@ -6,14 +6,14 @@ transferability). Third-party probes register through the entry-point group ``me
 (see ``docs/extending/probe.md``) and run after the built-ins.
 """
 
-from mebench.probes.base import (MEASUREMENT_COLUMNS, PROBES, NoParams, Probe, Scored, measurement, merge_section,
-                                 register_probe)
+from mebench.probes.base import (MEASUREMENT_COLUMNS, PROBES, NoParams, Probe, ProbeScope, Scored, measurement,
+                                 merge_section, register_probe)
 from mebench.probes import defense as _defense  # noqa: F401  (first: the detector marks the stream at B)
 from mebench.probes import tracks as _tracks  # noqa: F401
 from mebench.probes import health as _health  # noqa: F401
 from mebench.probes import transfer as _transfer  # noqa: F401
 from mebench.probes import init_variance as _init_variance  # noqa: F401
 
-__all__ = ["MEASUREMENT_COLUMNS", "PROBES", "NoParams", "Probe", "Scored", "measurement", "merge_section",
+__all__ = ["MEASUREMENT_COLUMNS", "PROBES", "NoParams", "Probe", "ProbeScope", "Scored", "measurement", "merge_section",
            "register_probe"]
 from mebench.probes import stream as _stream  # noqa: F401  (measure.stream_utility: the defense on the attacker's stream)

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional
 
 from mebench.registry import Registry
 
 if TYPE_CHECKING:
-    from mebench.config import RunConfig
     from mebench.run.plan import RunPlan
     from mebench.training.health import LossCurve
     from mebench.types import CheckpointResult
@@ -34,6 +33,15 @@ if TYPE_CHECKING:
 #: Columns of ``measurements.csv``: one number per row, from the probes other than Track A/B.
 MEASUREMENT_COLUMNS: tuple[str, ...] = ("seed", "checkpoint_B", "track", "probe", "metric", "value")
 
+
+
+@dataclass(frozen=True)
+class ProbeScope:
+    """What a probe's ``check`` may know of the run it would measure (the plan's own fields)."""
+
+    dataset: str
+    data_mode: str
+    output_mode: str
 
 @dataclass(frozen=True)
 class NoParams:
@@ -71,16 +79,17 @@ class Probe:
         self.timings: dict[str, float] = {}
 
     @classmethod
-    def configure(cls, cfg: "RunConfig") -> Any:
-        """This probe's typed ``Params`` from the config's ``measure.<name>`` section (defaults filled
-        in); an unknown key or a wrong type is one ``ConfigError`` naming ``measure.<name>.<key>``."""
+    def configure(cls, raw: Mapping[str, Any]) -> Any:
+        """This probe's typed ``Params`` from the config's ``measure.<name>`` section ``raw`` (defaults
+        filled in); an unknown key or a wrong type is one ``ConfigError`` naming ``measure.<name>.<key>``."""
         from mebench.config import build_params
 
-        return build_params(cls.Params, cfg.measure_params(cls.name), f"measure.{cls.name}")
+        return build_params(cls.Params, raw, f"measure.{cls.name}")
 
     @classmethod
-    def check(cls, params: Any, cfg: "RunConfig") -> None:
-        """Rules on the parameters beyond their types (raise ``ConfigError``); checked before any work."""
+    def check(cls, params: Any, scope: ProbeScope) -> None:
+        """Rules on the parameters beyond their types (raise ``ConfigError``), given what the run is
+        (``scope``: dataset, data and output mode); checked when the plan is resolved, before any work."""
 
     @classmethod
     def applies(cls, plan: "RunPlan", params: Any) -> bool:

@@ -34,8 +34,8 @@ class DefenseUtility(Probe):
 
     def start(self, world: World) -> None:
         prep = world.prep
-        own = defense_for(world.cfg, prep, world.seed, "defense_utility")
-        self.section["utility"] = utility_cost(build_answers(prep.victim, world.cfg.victim.temperature, own),
+        own = defense_for(world.plan, prep, world.seed, "defense_utility")
+        self.section["utility"] = utility_cost(build_answers(prep.victim, world.plan.victim.temperature, own),
                                                prep.answers, prep.evaluator)
         self.section["fitted"] = own.describe()  # resolved params and what was fitted (e.g. the outlier source)
 
@@ -65,7 +65,7 @@ class Detection(Probe):
         self.record: Optional[dict[str, Any]] = None
 
     @classmethod
-    def check(cls, params: DetectionParams, cfg: Any) -> None:
+    def check(cls, params: DetectionParams, scope: Any) -> None:
         from mebench.data.profiles import PROFILES
         from mebench.errors import ConfigError
 
@@ -73,7 +73,7 @@ class Detection(Probe):
             raise ConfigError("measure.detection.benign_streams", params.benign_streams,
                               "must be a positive number of streams per source")
         if params.benign_dataset is not None:
-            surrogates = PROFILES.get(cfg.dataset.name).surrogates if cfg.dataset.name in PROFILES else ()
+            surrogates = PROFILES.get(scope.dataset).surrogates if scope.dataset in PROFILES else ()
             if params.benign_dataset not in surrogates:
                 raise ConfigError("measure.detection.benign_dataset", params.benign_dataset,
                                   f"a benign client's dataset has the victim's input shape: one of {list(surrogates)}")
@@ -99,14 +99,14 @@ class Detection(Probe):
     def benign_record(self, world: World, detector: Detector) -> dict[str, Any]:
         """The detector's record of the attack's stream and of ``benign_streams`` seeded orders of the
         victim's test split and of ``benign_dataset``'s, each through a fresh instance of the defense."""
-        prep, cfg, seed = world.prep, world.cfg, world.seed
+        prep, plan, seed = world.prep, world.plan, world.seed
         sources = [(f"{prep.profile.name}-test", prep.split(prep.profile.name, False)[0])]
         if self.params.benign_dataset:
             sources.append((f"{self.params.benign_dataset}-test", prep.split(self.params.benign_dataset, False)[0]))
         benign = []
         for source, k, images in benign_streams(sources, world.plan.max_budget, self.params.benign_streams, seed):
-            fresh = defense_for(cfg, prep, seed, f"defense_benign:{source}:{k}")
-            answers = build_answers(prep.victim, cfg.victim.temperature, fresh)
+            fresh = defense_for(plan, prep, seed, f"defense_benign:{source}:{k}")
+            answers = build_answers(prep.victim, plan.victim.temperature, fresh)
             feed(fresh, images, lambda xb: answers.probs(xb), world.plan.checkpoints, prep.device)
             benign.append({"source": source, "stream": k, **fresh.record()})
         return {"params": dataclasses.asdict(detector.params), "attack": detector.record(), "benign": benign}

@@ -18,7 +18,7 @@ from mebench.run import artifacts
 from mebench.probes import variance as init_variance
 from mebench.probes.base import Emit, Probe, register_probe
 from mebench.probes.transferability.transfer import evaluator_for, victim_seeds
-from mebench.run.world import World, make_track_a_trainer, transfer_params
+from mebench.run.world import World, make_track_a_trainer, probe_params
 
 
 @dataclass(frozen=True)
@@ -41,22 +41,22 @@ class InitVariance(Probe):
         self.rows: list[dict[str, Any]] = []
 
     @classmethod
-    def check(cls, params: InitVarianceParams, cfg: Any) -> None:
+    def check(cls, params: InitVarianceParams, scope: Any) -> None:
         from mebench.errors import ConfigError
 
         if params.inits < 1:
             raise ConfigError("measure.init_variance.inits", params.inits, "must be a positive number of initializations")
 
     def checkpoint(self, world: World, budget: int, emit: Emit) -> None:
-        if budget != max(world.cfg.budget.checkpoints):
+        if budget != max(world.plan.checkpoints):
             return
         t0 = time.perf_counter()
-        trainer = make_track_a_trainer(world.cfg, world.prep) if world.trainer is None else world.trainer
-        transfer = transfer_params(world.cfg)
-        evaluator = evaluator_for(transfer, world.prep, world.seed) if transfer.methods else None
+        trainer = make_track_a_trainer(world.plan, world.prep) if world.trainer is None else world.trainer
+        transfer = probe_params(world.plan, "transfer")
+        evaluator = evaluator_for(transfer, world.prep, world.seed) if transfer is not None else None
         x, y = world.state.store.prefix(budget, world.prep.device)
         self.rows = init_variance.measure(trainer, x, y, world.prep.evaluator, world.seed, self.params.inits,
-                                          evaluator, victim_seeds(world.cfg))
+                                          evaluator, victim_seeds(world.plan, world.site))
         self.timings["init_variance"] += time.perf_counter() - t0
 
     def write(self, seed_dir: Path, final: bool) -> None:

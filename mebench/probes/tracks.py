@@ -66,7 +66,7 @@ class TrackA(Probe):
         self.trainer: Any = None
 
     def start(self, world: World) -> None:
-        self.trainer = make_track_a_trainer(world.cfg, world.prep) if world.trainer is None else world.trainer
+        self.trainer = make_track_a_trainer(world.plan, world.prep) if world.trainer is None else world.trainer
 
     def checkpoint(self, world: World, budget: int, emit: Emit) -> None:
         t0 = time.perf_counter()

@@ -46,7 +46,7 @@ class Transfer(Probe):
         self.evaluator: Any = None
 
     @classmethod
-    def check(cls, params: TransferParams, cfg: Any) -> None:
+    def check(cls, params: TransferParams, scope: Any) -> None:
         from mebench.errors import ConfigError
         from mebench.probes.transferability.transfer import METHODS
 
@@ -68,7 +68,7 @@ class Transfer(Probe):
         prep = world.prep  # the victim through the evaluation path: never the oracle, never the attack
         self.evaluator = evaluator_for(self.params, prep, world.seed)
         t0 = time.perf_counter()
-        references = reference_for(world.cfg, prep, self.params.references)  # the cell's own ensemble
+        references = reference_for(world.plan, world.site, prep, self.params.references)  # the cell's own ensemble
         self.rows += self.evaluator.reference_rows(world.seed, references)
         self.timings["transfer"] += time.perf_counter() - t0
 

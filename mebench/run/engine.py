@@ -25,7 +25,7 @@ from mebench.config import RunConfig
 from mebench.data.cache import QueryStore
 from mebench.support.naming import QUERY_CACHE_DIR, sweep_dead_caches
 from mebench.oracle import Oracle
-from mebench.run.plan import RunPlan, resolve
+from mebench.run.plan import RunPlan, RunSite, resolve, site as site_of
 from mebench.probes import PROBES, Probe, Scored, merge_section
 from mebench.support.progress import Say, Ticker, interval_of, prefixed
 from mebench.run.resume import KEPT_FILES, file_sha256, resume_seeds
@@ -85,36 +85,34 @@ def make_probes(plan: RunPlan) -> list[Probe]:
     return [PROBES.get(p.name)(p.params) for p in plan.probes]
 
 
-def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress: bool = True, *,
+def run_seed(plan: RunPlan, site: RunSite, prep: Prepared, seed_dir: Path, progress: bool = True, *,
              oracle: Optional[Oracle] = None, store: Optional[QueryStore] = None,
-             trainer: Optional[TrackATrainer] = None, say: Optional[Say] = None,
-             plan: Optional[RunPlan] = None) -> SeedResult:
+             trainer: Optional[TrackATrainer] = None, say: Optional[Say] = None) -> SeedResult:
     """One seed: build its world, collect queries, tell the probes each event, write the artifacts.
 
-    ``plan`` is the seed's resolved plan (``mebench.run.plan.resolve(cfg, seed)`` when omitted): the
-    attack's typed parameters and the probes come from it and ``summary.json`` records it with its
-    hash, the code identity and, once the seed is done, ``completed_at``. ``oracle``, ``store`` and
-    ``trainer`` default to fresh ones built from ``cfg``; the pytest harness passes its fixtures
-    instead. ``say`` receives a few progress lines per phase (``mebench.support.progress``). The store is
-    cleaned up here in every case (success, error, Ctrl-C).
+    ``plan`` is the seed's resolved plan (``mebench.run.plan.resolve``), the run's only input besides
+    ``site`` (where it stores): the attack's typed parameters and the probes come from it and
+    ``summary.json`` records it with its hash, the code identity and, once the seed is done,
+    ``completed_at``. ``oracle``, ``store`` and ``trainer`` default to fresh ones built from the plan;
+    the pytest harness passes its fixtures instead. ``say`` receives a few progress lines per phase
+    (``mebench.support.progress``). The store is cleaned up here in every case (success, error, Ctrl-C).
     """
     seed_dir.mkdir(parents=True, exist_ok=True)
-    plan = resolve(cfg, seed) if plan is None else plan
-    artifacts.atomic_write_text(seed_dir / "run_config.yaml", cfg.to_yaml())
-    seed_everything(seed)
+    artifacts.atomic_write_text(seed_dir / "run_config.yaml", site.config_yaml)
+    seed_everything(plan.seed)
     t_start = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    world = World(cfg, plan, prep, seed_dir, make_oracle(cfg, prep, seed) if oracle is None else oracle,
+    world = World(plan, site, prep, seed_dir, make_oracle(plan, prep) if oracle is None else oracle,
                   progress, say, trainer, store)
     probes = make_probes(plan)
-    summary = summary_head(cfg, plan, prep)
+    summary = summary_head(plan, site, prep)
     # Replaces an earlier run's summary before any file of this one is written: a folder killed
     # mid-rerun never pairs an old "complete" summary with new partial rows.
     artifacts.atomic_write_json(seed_dir / "summary.json", {**summary, "status": "running"})
     timings = {"prepare_shared": prep.seconds}
 
     def emit(scored: Scored) -> None:
-        rows.append(artifacts.metrics_row(scored.result, row_identity(cfg)))
+        rows.append(artifacts.metrics_row(scored.result, row_identity(plan)))
         for p in probes:
             p.substitute(world, scored)
 
@@ -127,8 +125,8 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         for p in probes:
             p.start(world)
         if world.store is None:  # made inside the try, so an interrupt right after its mkdir is cleaned up too
-            world.store = open_store(cfg, prep, seed_dir)
-        summary["cache"] = {"used": world.store.on_disk, "policy": cfg.cache.policy,
+            world.store = open_store(plan, site, prep, seed_dir)
+        summary["cache"] = {"used": world.store.on_disk, "policy": site.cache_policy,
                             "location": str(world.store.directory) if world.store.on_disk else None}
         timings["prepare_seed"] = arm(world)
         timings["collect"] = query_loop(world, on_checkpoint)
@@ -141,7 +139,7 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         summary["error"] = f"{type(e).__name__}: {e}"
         raise
     finally:
-        summary["cache"] = clean_store(world.store, seed_dir, cfg.cache.policy, summary.get("cache"))
+        summary["cache"] = clean_store(world.store, seed_dir, site.cache_policy, summary.get("cache"))
         for p in probes:
             timings.update(p.timings)
         timings["total"] = time.perf_counter() - t_start
@@ -155,15 +153,15 @@ def run_seed(cfg: RunConfig, seed: int, prep: Prepared, seed_dir: Path, progress
         except OSError as e:  # a full or read-only disk: say so in summary.json where that still can be written
             record_write_failure(seed_dir / "summary.json", summary, e)
             raise
-    return SeedResult(seed, rows, summary, seed_dir)
+    return SeedResult(plan.seed, rows, summary, seed_dir)
 
 
 def arm(world: World) -> float:
     """The engine state, the attacker's pool and the attack of the world's seed; seconds taken."""
     t0 = time.perf_counter()
-    cfg, prep, plan = world.cfg, world.prep, world.plan
+    prep, plan = world.prep, world.plan
     world.state = EngineState(plan.max_budget, plan.checkpoints, world.store, prep.device)
-    world.attack = make_attack(cfg, prep, plan.seed, build_pool(cfg, prep, plan.seed), plan.attack.params)
+    world.attack = make_attack(plan, prep, build_pool(plan, prep))
     return time.perf_counter() - t0
 
 
@@ -182,23 +180,25 @@ def query_loop(world: World, on_checkpoint: Callable[[int], None]) -> float:
     return spent
 
 
-def run_seeds_together(cfg: RunConfig, prep: Prepared, seeds: list[int], plans: dict[int, RunPlan], directory: Path,
+def run_seeds_together(plans: dict[int, RunPlan], site: RunSite, prep: Prepared, directory: Path,
                        progress: bool, say: Optional[Say]) -> list[SeedResult]:
-    """``run_seed`` for ``seeds`` in lockstep, Track A trained for all of them at once (``mebench.run.together``)."""
+    """``run_seed`` for the plans' seeds in lockstep, Track A trained for all of them at once (``mebench.run.together``)."""
     def one(seed: int, trainer: TrackATrainer) -> SeedResult:
         try:
-            return run_seed(cfg, seed, prep, directory / f"seed_{seed}", progress, say=prefixed(say, f"seed {seed}"),
-                            plan=plans[seed], trainer=trainer)
+            return run_seed(plans[seed], site, prep, directory / f"seed_{seed}", progress,
+                            say=prefixed(say, f"seed {seed}"), trainer=trainer)
         finally:
-            record_run_metadata(cfg, directory / f"seed_{seed}")
+            record_run_metadata(site.output_dir, directory / f"seed_{seed}")
 
-    return run_together(seeds, make_track_a_trainer(cfg, prep), one)
+    first = next(iter(plans.values()))
+    return run_together(list(plans), make_track_a_trainer(first, prep), one)
 
 
 def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Optional[Say] = None, *,
         resume: Optional[Path] = None, keep_stale: bool = False,
         tell: Optional[Callable[[str], None]] = None, seeds_together: Optional[bool] = None) -> RunResult:
-    """Validate, then run every seed and write the seed aggregate. Nothing is created if validation fails.
+    """Validate, resolve one plan per seed, then run every seed and write the seed aggregate (the
+    config is read here and in ``mebench.run.plan`` only). Nothing is created if validation fails.
 
     ``progress`` shows progress bars; ``say`` (e.g. ``mebench.support.progress.stderr_lines``) receives a few
     lines per phase instead, for logs that are not a terminal. ``resume`` is an earlier run folder
@@ -210,38 +210,37 @@ def run(cfg: RunConfig, progress: bool = True, check_files: bool = True, say: Op
     """
     validate(cfg, check_files=check_files)
     plans = {seed: resolve(cfg, seed) for seed in cfg.run.seeds}
-    swept = sweep_dead_caches(Path(cfg.run.output_dir) / cfg.run.name, f"*/seed_*/{QUERY_CACHE_DIR}")
+    where = site_of(cfg)
+    swept = sweep_dead_caches(Path(where.output_dir) / where.run_name, f"*/seed_*/{QUERY_CACHE_DIR}")
     if swept and tell is not None:
-        tell(f"removed {len(swept)} query cache(s) a killed run left under {Path(cfg.run.output_dir) / cfg.run.name}")
-    directory = resume if resume is not None else artifacts.new_run_dir(cfg.run.output_dir, cfg.run.name)
+        tell(f"removed {len(swept)} query cache(s) a killed run left under {Path(where.output_dir) / where.run_name}")
+    directory = resume if resume is not None else artifacts.new_run_dir(where.output_dir, where.run_name)
     with artifacts.run_folder_lock(directory):  # a second --resume of this folder stops here, in one line
         kept = {} if resume is None else {
             seed: SeedResult(seed, rows, summary, resume / f"seed_{seed}")
             for seed, (summary, rows) in resume_seeds(resume, plans, keep_stale, torch.get_num_threads(), tell).items()}
-        return _run_seeds(cfg, RunResult(directory), plans, kept, progress, say, seeds_together)
+        return _run_seeds(plans, where, RunResult(directory), kept, progress, say, seeds_together)
 
 
-def _run_seeds(cfg: RunConfig, result: RunResult, plans: dict[int, RunPlan], kept: dict[int, SeedResult],
+def _run_seeds(plans: dict[int, RunPlan], site: RunSite, result: RunResult, kept: dict[int, SeedResult],
                progress: bool, say: Optional[Say], seeds_together: Optional[bool]) -> RunResult:
     """``run``'s work in its (locked) run folder: every seed not kept, then the seed aggregate."""
-    prep = prepare(cfg) if len(kept) < len(plans) else None
-    todo = [seed for seed in cfg.run.seeds if seed not in kept]
+    todo = [seed for seed in plans if seed not in kept]
+    prep = prepare(plans[todo[0]], site) if todo else None
     if prep is not None and len(todo) > 1 and (default_for(prep.device) if seeds_together is None else seeds_together):
-        done = dict(zip(todo, run_seeds_together(cfg, prep, todo, plans, result.directory, progress, say)))
+        done = dict(zip(todo, run_seeds_together({s: plans[s] for s in todo}, site, prep, result.directory, progress, say)))
     else:
         done = {}
-    for seed in cfg.run.seeds:
+    for seed, plan in plans.items():
         seed_dir = result.directory / f"seed_{seed}"
         if seed in kept or seed in done:
             result.seeds.append(kept.get(seed) or done[seed])
             continue
         try:
-            result.seeds.append(run_seed(cfg, seed, prep, seed_dir, progress, say=prefixed(say, f"seed {seed}"),
-                                         plan=plans[seed]))
+            result.seeds.append(run_seed(plan, site, prep, seed_dir, progress, say=prefixed(say, f"seed {seed}")))
         finally:
-            record_run_metadata(cfg, seed_dir)
+            record_run_metadata(site.output_dir, seed_dir)
     all_rows = [r for s in result.seeds for r in s.rows]
-    result.aggregate = artifacts.aggregate_rows(all_rows, dataset=cfg.dataset.name)
+    result.aggregate = artifacts.aggregate_rows(all_rows, dataset=next(iter(plans.values())).dataset)
     artifacts.write_aggregate_csv(result.directory / "aggregate.csv", result.aggregate)
     return result
-

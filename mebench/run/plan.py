@@ -61,7 +61,8 @@ class DefensePlan:
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """The attacker's pool (§3): ``kind`` surrogate | seed | none, its images and what the attack needs."""
+    """The attacker's pool (§3): ``kind`` surrogate | seed | none, its images and what the attack needs;
+    ``seed_size``: the seed set (the seed pool's raw images, or the images JBDA draws from a surrogate pool)."""
 
     kind: str
     source: Optional[str]
@@ -154,6 +155,34 @@ class RunPlan:
         return hashlib.sha256(canonical_json(self.to_dict()).encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class RunSite:
+    """Where a run reads and stores, never what it computes (so not hashed): the run's name and
+    folder, the device, the data root, the cache settings, how to load the victim (its config
+    section: file, format, throughput floor) and the config as typed (``summary.json``'s record).
+    Built once per config by ``site``; with the plan, the world's only input."""
+
+    run_name: str
+    output_dir: str
+    device: str
+    seeds: tuple[int, ...]
+    data_root: Optional[str]
+    download: bool
+    cache_enabled: bool
+    cache_policy: str
+    victim: Any
+    config: Mapping[str, Any]
+    config_hash: str
+    config_yaml: str
+
+
+def site(cfg: "RunConfig") -> RunSite:
+    """The storage side of a validated config (``RunSite``)."""
+    return RunSite(cfg.run.name, str(cfg.run.output_dir), cfg.run.device, tuple(cfg.run.seeds), cfg.dataset.data_root,
+                   bool(cfg.dataset.download), bool(cfg.cache.enabled), cfg.cache.policy, cfg.victim, cfg.to_dict(),
+                   cfg.config_hash(), cfg.to_yaml())
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, plain JSON types: equal plans give equal text on every machine."""
     return json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -179,7 +208,7 @@ def resolve(cfg: "RunConfig", seed: Optional[int] = None) -> RunPlan:
     kind = d.data_mode if d.data_mode in ("surrogate", "seed") else "none"
     source = {"surrogate": d.surrogate_name, "seed": d.name}.get(kind)
     pool = PoolPlan(kind, source, pool_size(cfg), int(cls.required_pool_size(params, cfg.budget.max_budget)),
-                    d.seed_size if kind == "seed" else None)
+                    d.seed_size if kind != "none" else None)  # a pool attack's seed set is drawn from either pool
     track_a = TrackAPlan(s.arch, s.init_seed, s.trackA.batch_size, s.trackA.steps_coeff_c, s.optimizer,
                          s.loss.soft if cfg.attack.output_mode == "soft_prob" else s.loss.hard,
                          s.trackA.fast if s.trackA.fast.any else None)
@@ -200,11 +229,12 @@ def adaptive_plan(raw: Mapping[str, Any], output_mode: str, describe: Any) -> Op
 def _probes(cfg: "RunConfig", plan: RunPlan) -> tuple[ProbePlan, ...]:
     """The probes a run of ``plan`` measures, in the order the engine tells them its events: the
     built-ins where they apply, any other probe only where ``measure.<name>`` names it."""
+    from mebench.config.validation import probe_params
     from mebench.probes import PROBES
 
     chosen = []
     for cls in PROBES.values():
-        params = cls.configure(cfg)
+        params = probe_params(cfg, cls)  # built and checked when the config was validated
         if (cls.runs_by_default or cls.name in cfg.measure) and cls.applies(plan, params):
             chosen.append(ProbePlan(cls.name, params))
     return tuple(chosen)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from mebench.run import artifacts
-from mebench.config import RunConfig
 from mebench.oracle import Oracle
 from mebench.probes import MEASUREMENT_COLUMNS, Probe
 
@@ -41,14 +40,14 @@ def summary_tail(oracle: Oracle, timings: dict[str, float], rows: list[dict[str,
             "results": rows}
 
 
-def record_run_metadata(cfg: RunConfig, seed_dir: Path) -> None:
+def record_run_metadata(output_dir: str | Path, seed_dir: Path) -> None:
     """Append the seed-run's line to ``<output_dir>/run_metadata.jsonl`` (safe for concurrent runs)."""
     from mebench.report.metadata import METADATA_FILE, append_metadata, run_metadata_entry
 
     summary_path = seed_dir / "summary.json"
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
-        append_metadata(Path(cfg.run.output_dir) / METADATA_FILE, run_metadata_entry(summary, seed_dir))
+        append_metadata(Path(output_dir) / METADATA_FILE, run_metadata_entry(summary, seed_dir))
 
 
 def record_write_failure(path: Path, summary: dict, error: OSError) -> None:

@@ -1,6 +1,6 @@
 """What a run's plan needs built before its query loop starts (issue 35: plan -> world -> loop -> probes).
 
-``prepare(cfg)`` builds what every seed shares, once: the frozen victim and its answer pipeline,
+``prepare(plan, site)`` builds what every seed shares, once: the frozen victim and its answer pipeline,
 the test split with the victim's reference probabilities (the ``Evaluator``), the pool source
 images and the splits a defense or a probe reads. Per seed, ``make_oracle``, ``make_store``,
 ``build_pool`` and ``make_attack`` build the oracle (the only door to the victim), the query
@@ -20,7 +20,6 @@ from typing import Any, Optional
 import torch
 
 from mebench.attacks import ATTACKS, AttackContext
-from mebench.config import RunConfig
 from mebench.data.augment import grow_pool
 from mebench.data.cache import QueryStore
 from mebench.data.datasets import load_split, resolve_data_root
@@ -34,7 +33,7 @@ from mebench.models.registry import build_model
 from mebench.support.naming import QUERY_CACHE_DIR, mark_cache_owner
 from mebench.support import identity
 from mebench.oracle import Oracle, AnswerPipeline
-from mebench.run.plan import RunPlan
+from mebench.run.plan import RunPlan, RunSite
 from mebench.support.progress import Say
 from mebench.probes.transferability.refcache import data_fingerprint
 from mebench.support.runinfo import git_commit, library_versions, machine_info
@@ -42,8 +41,8 @@ from mebench.support.seeding import generator
 from mebench.support.serial import config_hash
 from mebench.state import EngineState
 from mebench.training.track_a import TrackASpec, TrackATrainer
+from mebench.support.serial import jsonable
 from mebench.probes.transferability.transfer import reference_models
-from mebench.config.validation import attack_params, defense_params, seed_pool_size
 from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
 from mebench.victims.wrapper import FrozenVictim
 
@@ -74,6 +73,8 @@ class Prepared:
     seconds: float = 0.0
     data_root: Optional[Path] = None
     download: bool = False
+    #: the victim's file (or callable reference), as the config names it: defenses' fits are keyed by it
+    victim_ref: Optional[str] = None
     splits: dict[tuple[str, bool], Any] = field(default_factory=dict)
     defense_states: dict[str, Any] = field(default_factory=dict)
 
@@ -86,61 +87,59 @@ class Prepared:
 
 
 
-def prepare(cfg: RunConfig, command: str = "run") -> Prepared:
+def prepare(plan: RunPlan, site: RunSite, command: str = "run") -> Prepared:
     """Load the victim, the test split (and its victim probabilities) and the pool source.
 
     ``command`` ("run" or "grid") words the fix when a dataset is missing (``datasets.HINTS``).
     """
     t0 = time.perf_counter()
-    profile = get_profile(cfg.dataset.name)
-    device = torch.device(cfg.run.device)
-    root = resolve_data_root(cfg.dataset.data_root, command)
-    test_x, test_y = load_split(profile.name, root, False, cfg.dataset.download, command)
+    profile = get_profile(plan.dataset)
+    device = torch.device(site.device)
+    root = resolve_data_root(site.data_root, command)
+    test_x, test_y = load_split(profile.name, root, False, site.download, command)
     num_classes = profile.num_classes
-    net, meta = build_victim(cfg.victim, num_classes)
+    net, meta = build_victim(site.victim, num_classes)
     victim = FrozenVictim(net, device)
-    rate = measure_throughput(victim.logits, (cfg.victim.channels, *cfg.victim.input_size), device)
+    rate = measure_throughput(victim.logits, plan.input_shape, device)
     meta["throughput_images_per_s"] = rate
-    slow = throughput_warning(rate, cfg.victim.throughput_floor, cfg.budget.max_budget)
+    slow = throughput_warning(rate, site.victim.throughput_floor, plan.max_budget)
     if slow:
         warnings.warn(slow, SlowVictimWarning, stacklevel=2)
-    answers = build_answers(victim, cfg.victim.temperature)  # the reference the metrics compare with
-    evaluator = Evaluator(test_x, test_y, answers.reference_probs(test_x), cfg.attack.output_mode == "soft_prob", device)
+    answers = build_answers(victim, plan.victim.temperature)  # the reference the metrics compare with
+    evaluator = Evaluator(test_x, test_y, answers.reference_probs(test_x), plan.output_mode == "soft_prob", device)
     meta["test_accuracy_measured"] = evaluator.victim_accuracy()
     meta["answer_transforms"] = answers.describe()
     prep = Prepared(profile, num_classes, device, victim, answers, meta, evaluator, data_root=root,
-                    download=cfg.dataset.download)
-    if cfg.dataset.data_mode == "surrogate":
-        prep.surrogate_images, prep.surrogate_labels = prep.split(cfg.dataset.surrogate_name, True, command)
-    transfer = transfer_params(cfg)  # the transfer probe's independent reference ensemble
-    if cfg.dataset.data_mode == "seed" or transfer.methods:  # the victim's train split, read once
+                    download=site.download, victim_ref=site.victim.checkpoint_ref)
+    if plan.pool.kind == "surrogate":
+        prep.surrogate_images, prep.surrogate_labels = prep.split(plan.pool.source, True, command)
+    transfer = probe_params(plan, "transfer")  # the transfer probe's independent reference ensemble
+    if plan.pool.kind == "seed" or transfer is not None:  # the victim's train split, read once
         train_x, train_y = prep.split(profile.name, True, command)
-        if cfg.dataset.data_mode == "seed":
+        if plan.pool.kind == "seed":
             prep.victim_train_images = train_x
-        if transfer.methods:
-            reference_for(cfg, prep, transfer.references, (train_x, train_y))
+        if transfer is not None:
+            reference_for(plan, site, prep, transfer.references, (train_x, train_y))
     prep.seconds = time.perf_counter() - t0
     return prep
 
 
-def reference_for(cfg: RunConfig, prep: Prepared, k: int,
+def reference_for(plan: RunPlan, site: RunSite, prep: Prepared, k: int,
                   train: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> list[torch.nn.Module]:
-    """The ``k``-model independent reference ensemble for ``cfg``'s Track A recipe, built once per
+    """The ``k``-model independent reference ensemble for the plan's Track A recipe, built once per
     process (and, through ``mebench.probes.transferability.refcache``, once per machine) on the victim's training split."""
     if k <= 0:
         return []
-    key = (repr(TrackASpec.from_config(cfg, prep.num_classes)), int(k), cfg.victim.checkpoint_ref)
+    key = (repr(TrackASpec.from_plan(plan, prep.num_classes)), int(k), site.victim.checkpoint_ref)
     if key not in prep.transfer_reference:
         x, y = train if train is not None else prep.split(prep.profile.name, True)
-        prep.transfer_reference[key] = reference_models(cfg, k, prep.num_classes, prep.device, x, y)
+        prep.transfer_reference[key] = reference_models(plan, site, k, prep.num_classes, prep.device, x, y)
     return prep.transfer_reference[key]
 
 
-def transfer_params(cfg: RunConfig) -> Any:
-    """The transfer probe's typed parameters (``measure.transfer``, defaults filled in)."""
-    from mebench.probes import PROBES
-
-    return PROBES.get("transfer").configure(cfg)
+def probe_params(plan: RunPlan, name: str) -> Any:
+    """The typed parameters of probe ``name`` as the plan holds them, ``None`` when it does not run."""
+    return next((p.params for p in plan.probes if p.name == name), None)
 
 
 #: An augmented seed pool larger than this lives in an anonymous temporary file (deleted by the
@@ -148,35 +147,33 @@ def transfer_params(cfg: RunConfig) -> Any:
 POOL_STREAM_BYTES = 256 << 20
 
 
-def build_pool(cfg: RunConfig, prep: Prepared, seed: int) -> Optional[Pool]:
-    """The attacker's pool for this seed (§3): surrogate images, or the augmented seed set."""
-    if cfg.dataset.data_mode == "surrogate":
-        return Pool(prep.surrogate_images, cfg.dataset.surrogate_name, prep.surrogate_labels)
-    if cfg.dataset.data_mode == "seed":
+def build_pool(plan: RunPlan, prep: Prepared) -> Optional[Pool]:
+    """The attacker's pool for the plan's seed (§3): surrogate images, or the augmented seed set."""
+    pool, seed = plan.pool, plan.seed
+    if pool.kind == "surrogate":
+        return Pool(prep.surrogate_images, pool.source, prep.surrogate_labels)
+    if pool.kind == "seed":
         train = prep.victim_train_images
-        pick = torch.randperm(train.shape[0], generator=generator(seed, "seed_set"))[: cfg.dataset.seed_size]
-        size = seed_pool_size(cfg)
-        on_disk = size * int(train[0].numel()) > POOL_STREAM_BYTES  # a 1M MNIST pool: 0.8 GB
-        images = grow_pool(train[pick], size, generator(seed, "seed_pool"), on_disk=on_disk)
-        return Pool(images, f"{cfg.dataset.name}-seed{cfg.dataset.seed_size}-augmented")
+        pick = torch.randperm(train.shape[0], generator=generator(seed, "seed_set"))[: pool.seed_size]
+        on_disk = pool.size * int(train[0].numel()) > POOL_STREAM_BYTES  # a 1M MNIST pool: 0.8 GB
+        images = grow_pool(train[pick], pool.size, generator(seed, "seed_pool"), on_disk=on_disk)
+        return Pool(images, f"{plan.dataset}-seed{pool.seed_size}-augmented")
     return None
 
 
-def make_track_a_trainer(cfg: RunConfig, prep: Prepared) -> TrackATrainer:
+def make_track_a_trainer(plan: RunPlan, prep: Prepared) -> TrackATrainer:
     """The Track A trainer every attack shares (§8)."""
-    return TrackATrainer(TrackASpec.from_config(cfg, prep.num_classes), prep.device)
+    return TrackATrainer(TrackASpec.from_plan(plan, prep.num_classes), prep.device)
 
 
-def make_oracle(cfg: RunConfig, prep: Prepared, seed: Optional[int] = None) -> Oracle:
-    """A fresh oracle with the full budget of ``cfg`` over the shared frozen victim, behind the
-    run's defense (its randomness seeded from ``seed``, by default the config's first seed)."""
-    seed = cfg.run.seeds[0] if seed is None else seed
-    answers = build_answers(prep.victim, cfg.victim.temperature, defense_for(cfg, prep, seed, "defense"))
-    return Oracle(answers, cfg.attack.output_mode, cfg.budget.max_budget,
-                  (cfg.victim.channels, *cfg.victim.input_size))
+def make_oracle(plan: RunPlan, prep: Prepared) -> Oracle:
+    """A fresh oracle with the plan's full budget over the shared frozen victim, behind the
+    run's defense (its randomness seeded from the plan's seed)."""
+    answers = build_answers(prep.victim, plan.victim.temperature, defense_for(plan, prep, plan.seed, "defense"))
+    return Oracle(answers, plan.output_mode, plan.max_budget, plan.input_shape)
 
 
-def defense_for(cfg: RunConfig, prep: Prepared, seed: int, purpose: str) -> Defense:
+def defense_for(plan: RunPlan, prep: Prepared, seed: int, purpose: str) -> Defense:
     """A fresh instance of the run's defense, its randomness seeded from ``(seed, purpose)``.
 
     A defense with its own models (``Defense.fit``: a surrogate, a misinformation model) fits
@@ -184,54 +181,55 @@ def defense_for(cfg: RunConfig, prep: Prepared, seed: int, purpose: str) -> Defe
     attack meets the same fitted defense, as they meet the same victim. A fit that declares a
     ``fit_key`` is also kept on disk for the node's other processes and later runs (``mebench.support.fitcache``).
     """
-    cls, params = DEFENSES.get(cfg.defense.name), defense_params(cfg)
+    name, params = plan.defense.name, plan.defense.params
+    cls = DEFENSES.get(name)
     state = None
     if cls.fits:
-        key = f"{cfg.defense.name}:{config_hash(cfg.defense.params)}:T{cfg.victim.temperature}"
+        key = f"{name}:{config_hash(jsonable(params))}:T{plan.victim.temperature}"
         if key not in prep.defense_states:
-            prep.defense_states[key] = fit_defense(cls, params, defense_context(cfg, prep), fit_identity(cfg, prep, cls, params))
+            prep.defense_states[key] = fit_defense(cls, params, defense_context(plan, prep), fit_identity(plan, prep, cls, params))
         state = prep.defense_states[key]
-    return make_defense(cfg.defense.name, params, generator(seed, purpose), state)
+    return make_defense(name, params, generator(seed, purpose), state)
 
 
-def fit_identity(cfg: RunConfig, prep: Prepared, cls: Any, params: Any) -> dict[str, Any]:
+def fit_identity(plan: RunPlan, prep: Prepared, cls: Any, params: Any) -> dict[str, Any]:
     """The victim and data a cached defense fit depends on (empty when the defense caches nothing):
     dataset, victim file hash and a fingerprint of the training split it fits on."""
     if cls.fit_key(params) is None:
         return {}
     x, y = prep.split(prep.profile.name, True)
     return {"dataset": prep.profile.name, "victim_sha256": prep.victim_meta.get("checkpoint_sha256"),
-            "victim": cfg.victim.checkpoint_ref, "data": data_fingerprint(x, y)}
+            "victim": prep.victim_ref, "data": data_fingerprint(x, y)}
 
 
-def defense_context(cfg: RunConfig, prep: Prepared) -> DefenseContext:
+def defense_context(plan: RunPlan, prep: Prepared) -> DefenseContext:
     """What a defender has to fit its models: the victim, its training split, its architecture."""
-    v = cfg.victim
+    v, shape = plan.victim, plan.input_shape
 
     def train_split() -> tuple[torch.Tensor, torch.Tensor]:
         return prep.split(prep.profile.name, True)
 
     def make_model(arch: Optional[str] = None) -> torch.nn.Module:
-        return build_model(arch or prep.victim_meta.get("arch") or cfg.substitute.arch, v.channels, prep.num_classes,
-                           tuple(v.input_size), v.normalization.mean, v.normalization.std).to(prep.device)
+        return build_model(arch or prep.victim_meta.get("arch") or plan.track_a.arch, shape[0], prep.num_classes,
+                           tuple(shape[1:]), v.normalization["mean"], v.normalization["std"]).to(prep.device)
 
-    return DefenseContext(victim=prep.victim, num_classes=prep.num_classes, input_shape=(v.channels, *v.input_size),
+    return DefenseContext(victim=prep.victim, num_classes=prep.num_classes, input_shape=tuple(shape),
                           device=prep.device, train_split=train_split, make_model=make_model,
                           temperature=v.temperature, load_split=lambda name, train: prep.split(name, train),
-                          victim_checkpoint=v.checkpoint_ref)
+                          victim_checkpoint=prep.victim_ref)
 
 
-def make_store(cfg: RunConfig, prep: Prepared, cache_dir: Optional[Path]) -> QueryStore:
+def make_store(plan: RunPlan, site: RunSite, prep: Prepared, cache_dir: Optional[Path]) -> QueryStore:
     """The query store: a memmap under ``cache_dir`` when caching is enabled, else in memory."""
-    return QueryStore(cfg.budget.max_budget, (cfg.victim.channels, *cfg.victim.input_size),
-                      cfg.attack.output_mode, prep.num_classes, cache_dir if cfg.cache.enabled else None)
+    return QueryStore(plan.max_budget, plan.input_shape, plan.output_mode, prep.num_classes,
+                      cache_dir if site.cache_enabled else None)
 
 
 
-def open_store(cfg: RunConfig, prep: Prepared, seed_dir: Path) -> QueryStore:
+def open_store(plan: RunPlan, site: RunSite, prep: Prepared, seed_dir: Path) -> QueryStore:
     """A fresh query store under the seed folder, marked so a later run can sweep it should this
     process be killed (``naming.sweep_dead_caches``)."""
-    store = make_store(cfg, prep, seed_dir / QUERY_CACHE_DIR)
+    store = make_store(plan, site, prep, seed_dir / QUERY_CACHE_DIR)
     if store.on_disk:
         mark_cache_owner(store.directory, "run")
     return store
@@ -250,39 +248,39 @@ def clean_store(store: Optional[QueryStore], seed_dir: Path, policy: str,
     return cache
 
 
-def row_identity(cfg: RunConfig) -> dict[str, str]:
+def row_identity(plan: RunPlan) -> dict[str, str]:
     """The identity columns of every metrics.csv row of this run (§16.2)."""
-    return {"attack": cfg.attack_label(), "data_mode": cfg.dataset.data_mode,
-            "output_mode": cfg.attack.output_mode, "victim_id": cfg.victim.victim_id,
-            "substitute_arch": cfg.substitute.arch}
+    return {"attack": plan.attack.label, "data_mode": plan.data_mode,
+            "output_mode": plan.output_mode, "victim_id": plan.victim.victim_id,
+            "substitute_arch": plan.track_a.arch}
 
 
-def make_attack(cfg: RunConfig, prep: Prepared, seed: int, pool: Optional[Pool], params: Any = None) -> Any:
-    """The attack of ``cfg`` for one seed; ``params`` are its typed parameters (the plan's), parsed here if omitted."""
-    cls = ATTACKS.get(cfg.attack.name)
-    v = cfg.victim
+def make_attack(plan: RunPlan, prep: Prepared, pool: Optional[Pool]) -> Any:
+    """The plan's attack for its seed, with the plan's typed parameters."""
+    a, seed = plan.attack, plan.seed
+    cls = ATTACKS.get(a.name)
     # plain values only: the closure must not reach ``prep`` (victim, test split, answers)
-    arch, channels, classes, size = cfg.substitute.arch, v.channels, prep.num_classes, tuple(v.input_size)
-    mean, std, device = tuple(v.normalization.mean), tuple(v.normalization.std), prep.device
+    arch, channels, classes, size = plan.track_a.arch, plan.input_shape[0], prep.num_classes, tuple(plan.input_shape[1:])
+    mean, std, device = tuple(plan.victim.normalization["mean"]), tuple(plan.victim.normalization["std"]), prep.device
 
     def make_substitute() -> torch.nn.Module:
         return build_model(arch, channels, classes, size, mean, std).to(device)
 
+    extra = {} if plan.pool.seed_size is None else {"seed_size": plan.pool.seed_size}
     ctx = AttackContext(
-        profile=prep.profile, output_mode=cfg.attack.output_mode, num_classes=prep.num_classes,
-        input_shape=(v.channels, *v.input_size), device=prep.device, seed=seed,
-        generator=generator(seed, "attack"), pool=pool, params=attack_params(cfg) if params is None else params,
-        checkpoints=tuple(cfg.budget.checkpoints), max_budget=cfg.budget.max_budget,
-        make_substitute=make_substitute, data_mode=cfg.dataset.data_mode, seed_size=cfg.dataset.seed_size,
-        divergence_restarts=cfg.attack.divergence_restarts)
-    return adaptive_attack(cfg, prep, seed, cls(ctx), pool)
+        profile=prep.profile, output_mode=plan.output_mode, num_classes=prep.num_classes,
+        input_shape=tuple(plan.input_shape), device=prep.device, seed=seed,
+        generator=generator(seed, "attack"), pool=pool, params=a.params,
+        checkpoints=tuple(plan.checkpoints), max_budget=plan.max_budget,
+        make_substitute=make_substitute, data_mode=plan.data_mode, divergence_restarts=a.divergence_restarts, **extra)
+    return adaptive_attack(plan, prep, cls(ctx), pool)
 
 
 #: pool images a defense-aware strategy's copy of the defense answers its table for (at most)
 ADAPTIVE_IMAGES = 5000
 
 
-def adaptive_attack(cfg: RunConfig, prep: Prepared, seed: int, attack: Any, pool: Optional[Pool]) -> Any:
+def adaptive_attack(plan: RunPlan, prep: Prepared, attack: Any, pool: Optional[Pool]) -> Any:
     """``attack`` behind the config's adaptive strategy (``mebench.attacks.adaptive``), or as it is.
 
     A defense-aware strategy (``needs_defense``) gets its own instance of the run's defense (seeded
@@ -291,7 +289,8 @@ def adaptive_attack(cfg: RunConfig, prep: Prepared, seed: int, attack: Any, pool
     from mebench.attacks.adaptive import AdaptiveAttack, parse_adaptive
     from mebench.attacks.recover import defense_in_prob_space
 
-    parsed = parse_adaptive(cfg.attack.adaptive, cfg.attack.output_mode)
+    seed = plan.seed
+    parsed = parse_adaptive(plan.attack.adaptive or {}, plan.output_mode)
     if parsed is None:
         return attack
     cls, params = parsed
@@ -299,32 +298,34 @@ def adaptive_attack(cfg: RunConfig, prep: Prepared, seed: int, attack: Any, pool
     if cls.needs_defense and pool is not None:
         g = generator(seed, "adaptive_images")
         images = pool.get(torch.randperm(len(pool), generator=g)[:ADAPTIVE_IMAGES], prep.device)
-        strategy.prepare(defense_in_prob_space(defense_for(cfg, prep, seed, "adaptive_defense")), images,
+        strategy.prepare(defense_in_prob_space(defense_for(plan, prep, seed, "adaptive_defense")), images,
                          prep.num_classes)
     return AdaptiveAttack(attack, strategy)
 
 
-def summary_head(cfg: RunConfig, plan: RunPlan, prep: Prepared) -> dict[str, Any]:
+def summary_head(plan: RunPlan, site: RunSite, prep: Prepared) -> dict[str, Any]:
     """What ``summary.json`` says about the world before anything is measured: the plan, the code,
-    the attack, dataset, victim and defense, the Track A recipe and the machine."""
-    cls = ATTACKS.get(cfg.attack.name)
+    the attack, dataset, victim and defense, the Track A recipe and the machine (the parameters as
+    typed come from the site's record of the config)."""
+    cls = ATTACKS.get(plan.attack.name)
+    typed, t = site.config, plan.track_a
     state_dependent = plan.attack.state_dependent
     head: dict[str, Any] = {
-        "status": "running", "seed": plan.seed, "run_name": cfg.run.name, "config_hash": cfg.config_hash(),
+        "status": "running", "seed": plan.seed, "run_name": site.run_name, "config_hash": site.config_hash,
         "plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": identity.code_identity(),
-        "config": cfg.to_dict(),
-        "attack": {**cls.describe(), "label": cfg.attack_label(), "output_mode": cfg.attack.output_mode,
-                   "params": cfg.to_dict()["attack"]["params"], "adaptive": plan.attack.adaptive or {"strategy": "naive"},
+        "config": typed,
+        "attack": {**cls.describe(), "label": plan.attack.label, "output_mode": plan.output_mode,
+                   "params": typed["attack"]["params"], "adaptive": plan.attack.adaptive or {"strategy": "naive"},
                    "state_dependent_queries": state_dependent},
-        "dataset": {**prep.profile.as_metadata(), "data_mode": cfg.dataset.data_mode,
-                    "surrogate_name": cfg.dataset.surrogate_name, "seed_size": cfg.dataset.seed_size},
+        "dataset": {**prep.profile.as_metadata(), "data_mode": plan.data_mode,
+                    "surrogate_name": typed["dataset"]["surrogate_name"], "seed_size": typed["dataset"]["seed_size"]},
         "victim": prep.victim_meta,
-        "defense": {**cfg.to_dict()["defense"], "paper": DEFENSES.get(cfg.defense.name).paper},
-        "track_a": {"batch_size": cfg.substitute.trackA.batch_size, "steps_coeff_c": cfg.substitute.trackA.steps_coeff_c,
+        "defense": {**typed["defense"], "paper": DEFENSES.get(plan.defense.name).paper},
+        "track_a": {"batch_size": t.batch_size, "steps_coeff_c": t.steps_coeff_c,
                     "profile_override": (prep.profile.track_a_batch_size != 128 or prep.profile.steps_coeff_c != 0.2),
-                    "init_seed": cfg.substitute.init_seed, "optimizer": cfg.to_dict()["substitute"]["optimizer"],
-                    "scheduler": "cosine over S(B)", "loss": "kl" if cfg.attack.output_mode == "soft_prob" else "ce"},
-        "versions": library_versions(), "git": git_commit(), "machine": machine_info(cfg.run.device),
+                    "init_seed": t.init_seed, "optimizer": typed["substitute"]["optimizer"],
+                    "scheduler": "cosine over S(B)", "loss": "kl" if plan.output_mode == "soft_prob" else "ce"},
+        "versions": library_versions(), "git": git_commit(), "machine": machine_info(site.device),
     }
     if state_dependent:
         head["disclaimer"] = DISCLAIMER_9
@@ -341,8 +342,8 @@ class World:
     ``store``, ``state`` and ``attack`` are filled in by the engine as it builds them.
     """
 
-    cfg: RunConfig
     plan: RunPlan
+    site: RunSite
     prep: Prepared
     seed_dir: Path
     oracle: Oracle

@@ -52,6 +52,13 @@ class TrackASpec:
                    tuple(v.normalization.std), s.init_seed, s.trackA.batch_size, s.trackA.steps_coeff_c,
                    s.optimizer, cfg.attack.output_mode, s.trackA.fast)
 
+    @classmethod
+    def from_plan(cls, plan, num_classes: int) -> "TrackASpec":
+        """The spec of a resolved plan (``mebench.run.plan``): the same fields ``from_config`` reads."""
+        t, shape, norm = plan.track_a, tuple(plan.input_shape), plan.victim.normalization
+        return cls(t.arch, shape[0], num_classes, shape[1:], tuple(norm["mean"]), tuple(norm["std"]), t.init_seed,
+                   t.batch_size, t.steps_coeff_c, t.optimizer, plan.output_mode, t.fast if t.fast is not None else FastSpec())
+
 
 class TrackATrainer:
     """Trains the Track A substitute for one checkpoint."""

@@ -25,6 +25,7 @@ import torch
 
 from mebench.defenses.prada import PradaSequential as Sequential
 from mebench.run import engine
+from mebench.run.plan import site
 from mebench.run.artifacts import atomic_write_text
 from mebench.detection.benign import traffic
 from mebench.defenses import build_answers
@@ -48,7 +49,7 @@ def _bench_module():
 def main(n: int, rounds: int) -> dict:
     bench = _bench_module()
     cell = load_grid(Path(CONFIG), Path.cwd(), [0]).cells[0]
-    prep = engine.prepare(cell.cfg)
+    prep = engine.prepare(cell.plan, site(cell.cfg))
     splits = [s for _, s in bench.sources(prep)]
     answers = build_answers(prep.victim, cell.cfg.victim.temperature)
     probs = [chunked(answers.probs, s.float().div(255.0), prep.device, 2048).cpu() for s in splits]

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from mebench.run import engine
+from mebench.run.plan import site
 from mebench.run.artifacts import atomic_write_text
 from mebench.detection.benign import TrafficParams, overlap, traffic
 from mebench.data.cache import QueryStore
@@ -102,7 +103,7 @@ def collect_one(cell: Any, prep: Any, share: float) -> dict:
     natural_name = cfg.dataset.surrogate_name or prep.profile.surrogates[0]
     own, n_nat = evasion_budgets(budget, share)
     seed_everything(cell.seed)
-    attack = engine.make_attack(cfg, prep, cell.seed, engine.build_pool(cfg, prep, cell.seed))
+    attack = engine.make_attack(cell.plan, prep, engine.build_pool(cell.plan, prep))
     (x, p), secs = timed(lambda: collect_stream(answers, attack, cfg.attack.output_mode, own, shape,
                                                 make_state(cfg, prep)))
     if n_nat:
@@ -118,7 +119,7 @@ def collect_one(cell: Any, prep: Any, share: float) -> dict:
 def run(path: str, seeds: list[int] | None = None, max_seeds: dict[str, int] | None = None) -> None:
     grid = load_grid(Path(path), Path.cwd(), seeds)
     cells = grid.cells
-    prep = engine.prepare(cells[0].cfg)
+    prep = engine.prepare(cells[0].plan, site(cells[0].cfg))
     for c in cells:  # every attack's pool source is loaded (surrogate cells need theirs)
         if c.cfg.dataset.surrogate_name:
             prep.surrogate_images, prep.surrogate_labels = prep.split(c.cfg.dataset.surrogate_name, True)
@@ -140,7 +141,7 @@ def run(path: str, seeds: list[int] | None = None, max_seeds: dict[str, int] | N
                            "code_identity": code_identity(), "torch_threads": torch.get_num_threads(),
                            "detectors": {}}
     for label, cell in detectors(cells).items():
-        fresh = lambda purpose: defense_for(cell.cfg, prep, 0, purpose)  # noqa: E731
+        fresh = lambda purpose: defense_for(cell.plan, prep, 0, purpose)  # noqa: E731
         (fitted, fit_s) = timed(lambda: fresh("fit").describe())
         benign, b_s = timed(lambda: [_progress(k, benign_record(fresh(f"benign:{s.index}"), s, splits, probs))
                                      for k, s in enumerate(streams)])

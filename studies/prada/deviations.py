@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from mebench.run import artifacts, engine
+from mebench.run.plan import resolve, site
 from mebench.data.cache import QueryStore
 from mebench.defenses import build_answers
 from mebench.defenses.detection import benign_streams, feed
@@ -54,7 +55,8 @@ def attack_streams(cell, prep) -> dict[str, dict]:
     oracle = Oracle(answers, cfg.attack.output_mode, cfg.budget.max_budget, shape)
     store = QueryStore(cfg.budget.max_budget, shape, cfg.attack.output_mode, prep.num_classes, None)
     state = EngineState(cfg.budget.max_budget, tuple(cfg.budget.checkpoints), store, prep.device)
-    attack = engine.make_attack(cfg, prep, seed, engine.build_pool(cfg, prep, seed))
+    plan = resolve(cfg, seed)
+    attack = engine.make_attack(plan, prep, engine.build_pool(plan, prep))
     engine.collect(attack, oracle, state, lambda b: [d.mark([b]) for d in dets.values()])
     return {name: _stream(d, cfg.budget.max_budget) for name, d in dets.items()}
 
@@ -87,7 +89,7 @@ def main(paths: list[str]) -> None:
         preps: dict[str, Any] = {}
         rec: dict[str, Any] = {"config": path, "attack": [], "benign": []}
         for cell in cells:
-            prep = preps.setdefault(cell.victim_key, engine.prepare(cell.cfg))
+            prep = preps.setdefault(cell.victim_key, engine.prepare(cell.plan, site(cell.cfg)))
             print(cell.id, flush=True)
             rec["attack"].append({"cell": cell.id, "attack": cell.label, "seed": cell.seed,
                                   **attack_streams(cell, prep)})

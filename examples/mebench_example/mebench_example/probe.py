@@ -51,7 +51,7 @@ class ExampleConfidence(Probe):
         self.rows: list[dict[str, Any]] = []
 
     @classmethod
-    def check(cls, params: ConfidenceParams, cfg: Any) -> None:
+    def check(cls, params: ConfidenceParams, scope: Any) -> None:
         if params.top_k < 1:
             raise ConfigError("measure.example_confidence.top_k", params.top_k, "must be at least 1")
 

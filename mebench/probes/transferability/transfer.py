@@ -331,33 +331,32 @@ def evaluator_for(params: Any, prep: Any, seed: int) -> TransferEvaluator:
     return ev
 
 
-def reference_models(cfg: Any, k: int, num_classes: int, device: torch.device, x: torch.Tensor, y: torch.Tensor
-                     ) -> list[nn.Module]:
+def reference_models(plan: Any, site: Any, k: int, num_classes: int, device: torch.device, x: torch.Tensor,
+                     y: torch.Tensor) -> list[nn.Module]:
     """The ``independent`` reference ensemble of ``k`` models (``measure.transfer.references``;
     ``mebench.probes.transferability.refcache``: trained once per machine and code identity), indexed by the run's plan
     so a cost estimate knows it is cached."""
-    from mebench.run.plan import resolve
     from mebench.probes.transferability.refcache import ensemble_key, reference_ensemble
     from mebench.training.track_a import TrackASpec
 
-    base = TrackASpec.from_config(cfg, num_classes)
-    index = ensemble_key(resolve(cfg), k, device, torch.get_num_threads())
-    return reference_ensemble(base, k, _victim_file(cfg), device, x, y, index=index)
+    base = TrackASpec.from_plan(plan, num_classes)
+    index = ensemble_key(plan, k, device, torch.get_num_threads())
+    return reference_ensemble(base, k, victim_file(site), device, x, y, index=index)
 
 
-def _victim_file(cfg: Any) -> Optional[str]:
+def victim_file(site: Any) -> Optional[str]:
     """The victim's checkpoint path when its format reads one (its recipe sits beside it as ``.json``)."""
     from mebench.victims.registry import reads_file
 
-    return cfg.victim.checkpoint_ref if reads_file(cfg.victim.format) else None
+    return site.victim.checkpoint_ref if reads_file(site.victim.format) else None
 
 
-def victim_seeds(cfg: Any) -> tuple[int, ...]:
+def victim_seeds(plan: Any, site: Any) -> tuple[int, ...]:
     """The victim recipe's seed when its architecture is the substitute's (``PATH.json``): an
     initialization no reference or init-variance model may start from."""
     from mebench.probes.transferability.refcache import victim_recipe
 
-    path = _victim_file(cfg)
+    path = victim_file(site)
     recipe = victim_recipe(path) if path else None
-    seed = recipe.get("seed") if recipe and recipe.get("arch") == cfg.substitute.arch else None
+    seed = recipe.get("seed") if recipe and recipe.get("arch") == plan.track_a.arch else None
     return (seed,) if isinstance(seed, int) else ()

@@ -6,16 +6,17 @@ import torch
 torch.set_num_threads(1)
 from mebench.harness.grid import load_grid
 from mebench.run import engine
+from mebench.run.plan import site
 from mebench.defenses import DEFENSES, make_defense
 from mebench.defenses.misinformation import AdaptiveMisinformation
 
 grid = load_grid(Path(sys.argv[1]), Path.cwd())
 cell = next(c for c in grid.cells if c.cfg.defense.name == "adaptive_misinformation")
 cfg = cell.cfg
-prep = engine.prepare(cfg, command="grid")
+prep = engine.prepare(cell.plan, site(cfg), command="grid")
 params = AdaptiveMisinformation.Params(**json.loads(sys.argv[2]))
 t0 = time.perf_counter()
-model = AdaptiveMisinformation.fit(params, engine.defense_context(cfg, prep))
+model = AdaptiveMisinformation.fit(params, engine.defense_context(cell.plan, prep))
 fit_s = time.perf_counter() - t0
 xt, yt = prep.split(prep.profile.name, False)
 xs, _ = prep.split(cfg.dataset.surrogate_name, False)
