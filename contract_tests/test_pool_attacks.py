@@ -8,7 +8,6 @@ Tiny synthetic pools (1x4x4 images) and tiny MLPs, driven by the engine's own qu
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 from pathlib import Path
@@ -224,21 +223,6 @@ def test_capabilities_and_bad_params(make_cfg):
         assert err.value.key == key and "\n" not in str(err.value)
 
 
-MAZE_LINE = re.compile(r"^- (?P<field>[a-z_]+) = (?P<value>\S+)  \((?P<source>.+)\)$")
-
-
-def _maze_docstring_defaults() -> dict[str, object]:
-    """MAZE's cited defaults, still in its module docstring (its owner moves them to docs/attacks/maze.md)."""
-    cited = {}
-    for line in maze.__doc__.splitlines():
-        if line.startswith("- ") and " = " in line.split("  (")[0]:
-            m = MAZE_LINE.match(line)
-            assert m, f"reference line does not parse: {line!r}"
-            assert re.search(r"[\w/]+\.py:\d+", m["source"]), f"no file:line in {line!r}"
-            cited[m["field"]] = ast.literal_eval(m["value"])
-    return cited
-
-
 # contract 6 / 8: each attack's defaults are the values its docs page cites from the reference code
 # (mebench.docs.cited_defaults, the one parser), every parameter is cited, and every "-" citation
 # names a file and line ("*" lines: parameters no reference code has, with the reason).
@@ -247,13 +231,10 @@ def _maze_docstring_defaults() -> dict[str, object]:
                                          ("maze", maze.Params)],
                          ids=["jbda", "knockoff", "copycat", "dissector", "maze"])
 def test_defaults_are_the_cited_reference_values(page, params):
-    if page == "maze":
-        cited = _maze_docstring_defaults()
-    else:
-        lines = cited_defaults(DOCS / f"{page}.md")
-        for field, (_, source, kind) in lines.items():
-            assert kind == "*" or re.search(r"[\w/]+\.py:\d+", source), f"no file:line for {field}: {source!r}"
-        cited = {field: value for field, (value, _, _) in lines.items()}
+    lines = cited_defaults(DOCS / f"{page}.md")
+    for field, (_, source, kind) in lines.items():
+        assert kind == "*" or re.search(r"[\w/]+\.py:\d+", source), f"no file:line for {field}: {source!r}"
+    cited = {field: value for field, (value, _, _) in lines.items()}
     assert set(cited) == {f.name for f in dataclasses.fields(params)}
     defaults = params()
     for name, value in cited.items():

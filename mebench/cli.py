@@ -7,6 +7,7 @@ Without ``--threads`` the torch thread count comes from ``default_threads``.
 
 No option may be abbreviated (``--budget`` is not ``--budgets``; ``StrictParser``), and this
 module imports no torch: a config mistake is answered before any heavy module is loaded.
+See docs/guide/runs.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,28 @@
 """``mebench docs`` / ``python -m mebench.docs``: regenerate the result tables of the docs (torch-free).
 
 A published number must come from a committed record, so no table in ``README.md`` or ``docs/`` is
-typed by hand. A page marks a generated block with a pair of comments::
-
-    <!-- mebench:begin <set>/<report file>[#<heading words>] -->
-    <!-- mebench:end -->
-
-and this module fills it with that file of ``mebench report results/<set>`` (run in-process into
-a temporary folder), preceded by a caption naming the records behind it: how many seed-runs, their
-code identities (``summary.json`` ``code_identity``, else the git commit they ran at) and victim
-builds (sha256 prefix and test accuracy), saying so when they span several. ``#<heading words>``
-keeps only the section whose heading contains those words, ``#<heading words>!table`` only its
-first table. ``--check`` changes nothing and exits 1
-when a page differs from what the records give (CI; ``contract_tests/test_docs.py``).
-
-The module also parses the one place reference defaults are cited, the "Defaults and their
-source" section of an attack's page (:func:`cited_defaults`), for the contract tests that check
-every default against its citation.
+typed by hand: this module fills each marked block of a page with a file of ``mebench report``
+on the records, captioned with the records behind it; ``--check`` exits 1 when a page is stale. It
+also parses the "Defaults and their source" section of an attack's page (:func:`cited_defaults`).
+See docs/results/index.md.
 """
+# A published number must come from a committed record, so no table in ``README.md`` or ``docs/`` is
+# typed by hand. A page marks a generated block with a pair of comments::
+#
+#     <!-- mebench:begin <set>/<report file>[#<heading words>] -->
+#     <!-- mebench:end -->
+#
+# and this module fills it with that file of ``mebench report results/<set>`` (run in-process into
+# a temporary folder), preceded by a caption naming the records behind it: how many seed-runs, their
+# code identities (``summary.json`` ``code_identity``, else the git commit they ran at) and victim
+# builds (sha256 prefix and test accuracy), saying so when they span several. ``#<heading words>``
+# keeps only the section whose heading contains those words, ``#<heading words>!table`` only its
+# first table. ``--check`` changes nothing and exits 1
+# when a page differs from what the records give (CI; ``contract_tests/test_docs.py``).
+#
+# The module also parses the one place reference defaults are cited, the "Defaults and their
+# source" section of an attack's page (:func:`cited_defaults`), for the contract tests that check
+# every default against its citation.
 
 from __future__ import annotations
 

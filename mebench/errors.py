@@ -2,7 +2,7 @@
 
 Each error is raised where the rule lives, with a message that names what was
 wrong, the value seen and the rule that was broken, so a user can fix a config
-or a call without reading the source.
+or a call without reading the source. See docs/architecture.md.
 """
 
 from __future__ import annotations

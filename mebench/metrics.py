@@ -1,18 +1,20 @@
 """Fidelity and accuracy metrics on the full test split (contract §1.3).
 
-For test examples i = 1..N with victim probabilities p_v(i) (the victim's
-softmax at T = 1, or at the profile's temperature under the ``tempered`` oracle
-profile; a defense's answer transforms are not included, see
-``mebench.oracle``) and substitute probabilities p_s(i) = softmax(substitute logits):
-
-- ``acc_gt``    = mean_i [argmax p_s(i) == y_i]               (ground-truth labels)
-- ``agreement`` = mean_i [argmax p_s(i) == argmax p_v(i)]
-- ``kl_mean``   = mean_i sum_k p_v(i)_k (log p_v(i)_k - log p_s(i)_k)   (0 log 0 = 0)
-- ``l1_mean``   = mean_i mean_k |p_v(i)_k - p_s(i)_k|         (i.e. sum of |.| over N*K entries / (N*K))
-
-``kl_mean`` and ``l1_mean`` are reported for ``soft_prob`` runs only (``None``
-for ``hard_top1``). Sums are accumulated in float64.
+``acc_gt``, ``agreement``, ``kl_mean`` and ``l1_mean`` of the substitute's probabilities against
+the victim's (the victim's softmax at T = 1, or at the profile's temperature under the ``tempered``
+oracle profile; a defense's answer transforms are not included, see ``mebench.oracle``); their
+formulas are below. ``kl_mean`` and ``l1_mean`` are reported for ``soft_prob`` runs only (``None``
+for ``hard_top1``). Sums are accumulated in float64. See docs/contract.md (§1.3).
 """
+# For test examples i = 1..N with victim probabilities p_v(i) (the victim's
+# softmax at T = 1, or at the profile's temperature under the ``tempered`` oracle
+# profile; a defense's answer transforms are not included, see
+# ``mebench.oracle``) and substitute probabilities p_s(i) = softmax(substitute logits):
+#
+# - ``acc_gt``    = mean_i [argmax p_s(i) == y_i]               (ground-truth labels)
+# - ``agreement`` = mean_i [argmax p_s(i) == argmax p_v(i)]
+# - ``kl_mean``   = mean_i sum_k p_v(i)_k (log p_v(i)_k - log p_s(i)_k)   (0 log 0 = 0)
+# - ``l1_mean``   = mean_i mean_k |p_v(i)_k - p_s(i)_k|         (i.e. sum of |.| over N*K entries / (N*K))
 
 from __future__ import annotations
 

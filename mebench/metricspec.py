@@ -3,7 +3,7 @@
 Moved here from :mod:`mebench.metrics` (which re-exports every name) so that readers of results
 (``mebench report``, :mod:`mebench.run.artifacts`' CSV schema) need no torch: the metrics are computed
 in :mod:`mebench.metrics`, but what they are called, which way is better and how seeds combine is
-plain data.
+plain data. See docs/extending/probe.md.
 """
 
 from __future__ import annotations

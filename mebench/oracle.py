@@ -1,24 +1,30 @@
 """The only door to the victim (contract §1, §4.1, §14.1).
 
-An answer goes victim -> answer transforms -> output mode:
-
-1. the frozen victim (``FrozenVictim``: eval + no_grad) gives logits;
-2. an :class:`AnswerPipeline` applies its transforms, first those on logits,
-   then a softmax, then those on probabilities. Temperature (the ``tempered``
-   oracle profile) is the first such transform; the run's defense
-   (``mebench.defenses``) follows it;
-3. :class:`Oracle` returns the probabilities (``soft_prob``) or their top-1
-   label (``hard_top1``).
-
-Detectors (``mebench.defenses.detection``) see every answered batch through
-``AnswerPipeline.observe`` and change nothing.
-
-``Oracle.query(x)`` checks the batch and charges the budget one query per
-image, whatever the transforms do. A batch that would overdraw the budget
-raises ``BudgetExhausted`` and nothing is answered or counted; a malformed
-batch (wrong shape or dtype, values outside [0, 1], NaN or inf) raises
-``OracleInputError`` and is not counted either.
+An answer goes victim -> answer transforms -> output mode: the frozen victim's logits, an
+:class:`AnswerPipeline` of transforms (temperature, then the run's defense), then :class:`Oracle`'s
+probabilities (``soft_prob``) or top-1 label (``hard_top1``); detectors see every answered batch and
+change nothing. ``Oracle.query(x)`` charges one query per image, whatever the transforms do; a batch
+that would overdraw the budget (``BudgetExhausted``) or is malformed (``OracleInputError``) is
+neither answered nor counted. See docs/contract.md (§1, §4.1).
 """
+# An answer goes victim -> answer transforms -> output mode:
+#
+# 1. the frozen victim (``FrozenVictim``: eval + no_grad) gives logits;
+# 2. an :class:`AnswerPipeline` applies its transforms, first those on logits,
+#    then a softmax, then those on probabilities. Temperature (the ``tempered``
+#    oracle profile) is the first such transform; the run's defense
+#    (``mebench.defenses``) follows it;
+# 3. :class:`Oracle` returns the probabilities (``soft_prob``) or their top-1
+#    label (``hard_top1``).
+#
+# Detectors (``mebench.defenses.detection``) see every answered batch through
+# ``AnswerPipeline.observe`` and change nothing.
+#
+# ``Oracle.query(x)`` checks the batch and charges the budget one query per
+# image, whatever the transforms do. A batch that would overdraw the budget
+# raises ``BudgetExhausted`` and nothing is answered or counted; a malformed
+# batch (wrong shape or dtype, values outside [0, 1], NaN or inf) raises
+# ``OracleInputError`` and is not counted either.
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ Registration is explicit (a decorator) and duplicate names raise, so two
 plugins can never silently shadow each other. Built-ins register when their
 package is imported (``mebench.attacks``, ``mebench.models``, ``mebench.data``); third-party packages register through the entry-point
 groups ``mebench.attacks`` and ``mebench.models``, loaded on first lookup.
+See docs/extending/index.md.
 """
 
 from __future__ import annotations

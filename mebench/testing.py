@@ -1,18 +1,19 @@
 """A tiny synthetic world for fast tests of the engine and of attack plugins.
 
-``register_synthetic()`` adds (once per process):
-
-- dataset profiles ``SYNTH`` (victim dataset, 1x8x8, 4 classes) and
-  ``SYNTHSUR`` (its surrogate), read from generated tensors, not from disk;
-- CIFAR-shaped profiles ``SYNTH32`` (victim dataset, 3x32x32, 10 classes) and ``SYNTH32SUR``,
-  for the paths that need real image sizes (convolutions, the generators, CUDA);
-- a model ``tiny_mlp`` (one hidden layer of 32 units).
-
-``synthetic_victim(path)`` trains a ``tiny_mlp`` victim on SYNTH in well under a
-second; ``synthetic_config(tmp_path, **overrides)`` returns a valid
-``RunConfig`` for it. The images are class prototypes plus noise, so a
-substitute can really learn from the victim: metrics move with the budget.
+``register_synthetic()`` adds (once per process) the dataset profiles ``SYNTH``, ``SYNTHSUR``,
+``SYNTH32`` and ``SYNTH32SUR`` and the model ``tiny_mlp`` (details below);
+``synthetic_victim(path)`` trains a ``tiny_mlp`` victim on SYNTH in well under a second, and
+``synthetic_config(tmp_path, **overrides)`` returns a valid ``RunConfig`` for it. The images are
+class prototypes plus noise, so a substitute can really learn from the victim: metrics move with
+the budget. See docs/guide/tests.md.
 """
+# ``register_synthetic()`` adds (once per process):
+#
+# - dataset profiles ``SYNTH`` (victim dataset, 1x8x8, 4 classes) and
+#   ``SYNTHSUR`` (its surrogate), read from generated tensors, not from disk;
+# - CIFAR-shaped profiles ``SYNTH32`` (victim dataset, 3x32x32, 10 classes) and ``SYNTH32SUR``,
+#   for the paths that need real image sizes (convolutions, the generators, CUDA);
+# - a model ``tiny_mlp`` (one hidden layer of 32 units).
 
 from __future__ import annotations
 

@@ -1,20 +1,20 @@
-"""SwiftThief's contrastive phase (Lee et al., IJCAI 2024), written from the reference
-JEONGHYUN-LEE/MS-SwiftThief at a766aab (``file:line`` below are in that tree; the values and
-deviations are listed in ``docs/attacks/swiftthief.md``).
+"""SwiftThief's contrastive phase (Lee et al., IJCAI 2024): the substitute's feature extractor trained
+with SimSiam heads on self-supervised, soft-supervised and representation-sharpness losses.
 
-One phase (``contrastive_phase``) trains the substitute's feature extractor together with SimSiam
-heads on three losses (contrastive_learning/main_sup_soft.py:165-213):
-
-- **self-supervised**: SimSiam's symmetric negative cosine between two augmented views of
-  *unqueried* pool images (criterion.py:5-28);
-- **soft-supervised**: for queried images, every pair of views is pulled together in proportion to
-  the cosine of the victim's answers, weighted by both answers' confidence (1 - normalised entropy)
-  (criterion.py:52-82);
-- **representation sharpness**: SimSiam between an FGSM-perturbed view and the other view, each
-  image weighted by a class-balanced cost of its victim label (criterion.py:85-139), times 0.01.
-
-Nothing here sees the victim: the phase reads the answers already stored for queried images.
+Written from the reference JEONGHYUN-LEE/MS-SwiftThief at a766aab (``file:line`` below are in that
+tree). Nothing here sees the victim: the phase reads the answers already stored for queried images.
+See docs/attacks/swiftthief.md for the values and the deviations.
 """
+# One phase (``contrastive_phase``) trains the substitute's feature extractor together with SimSiam
+# heads on three losses (contrastive_learning/main_sup_soft.py:165-213):
+#
+# - **self-supervised**: SimSiam's symmetric negative cosine between two augmented views of
+#   *unqueried* pool images (criterion.py:5-28);
+# - **soft-supervised**: for queried images, every pair of views is pulled together in proportion to
+#   the cosine of the victim's answers, weighted by both answers' confidence (1 - normalised entropy)
+#   (criterion.py:52-82);
+# - **representation sharpness**: SimSiam between an FGSM-perturbed view and the other view, each
+#   image weighted by a class-balanced cost of its victim label (criterion.py:85-139), times 0.01.
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ loop: at the start of each iteration the generator takes Adam steps against the 
 students learn from the answers; both learning rates are multiplied by ``lr_gamma`` at fractions
 of the budget. Only the generator's objective and the students' update differ, so those are the
 hooks (:meth:`StudentsVsGenerator.generator_objective`, ``observe``).
+See docs/attacks/disguide.md and docs/attacks/dual_students.md.
 """
 
 from __future__ import annotations

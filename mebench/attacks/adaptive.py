@@ -1,22 +1,23 @@
 """Adaptive attackers: what an attacker who knows the defense makes of its answers (issue 38).
 
-An adaptive strategy wraps any attack (``attack.adaptive: {strategy: <name>, ...}``); the attack
-still chooses the images, the strategy decides how each is asked and what is kept of the answers:
-
-- ``argmax``: keep the top-1 of each defended answer as a one-hot vector (ModelGuard,
-  Yoruko-Tang/ModelGuard@0eb60fc defenses/adversary/train.py:114-123, ``--argmaxed``);
-- ``multi_query``: ask every image ``k`` times and keep the mean answer;
-- ``smoothing``: ask the image and ``k - 1`` augmented copies and keep the mean answer;
-- ``recover`` (``mebench.attacks.recover``): the defense-aware denoising attacker of ModelGuard's ``Table_Recover``
-  (defenses/adversary/wb_recover.py:54-437): a table of (posterior, defended posterior) pairs
-  built from Dirichlet samples through the attacker's own copy of the defense; each defended
-  answer is replaced by the mean posterior of the table entries nearest to it.
-
-Every image the victim answers is charged (contract §1.1): ``k`` answers of one image cost ``k``
-queries. The store keeps one record per charged query (the image the victim saw and the answer
-the attacker kept for it, e.g. its group's mean), so D_B is the first B charged records and
-Track A's S(B) = ceil(0.2 B) holds exactly (docs/defenses/adaptive.md).
+An adaptive strategy wraps any attack (``attack.adaptive: {strategy: <name>, ...}``): the attack
+still chooses the images, the strategy decides how each is asked and what is kept of the answers
+(``argmax``, ``multi_query``, ``smoothing``, ``recover``). Every image the victim answers is charged
+(contract §1.1), so D_B is the first B charged records. See docs/defenses/adaptive.md.
 """
+# - ``argmax``: keep the top-1 of each defended answer as a one-hot vector (ModelGuard,
+#   Yoruko-Tang/ModelGuard@0eb60fc defenses/adversary/train.py:114-123, ``--argmaxed``);
+# - ``multi_query``: ask every image ``k`` times and keep the mean answer;
+# - ``smoothing``: ask the image and ``k - 1`` augmented copies and keep the mean answer;
+# - ``recover`` (``mebench.attacks.recover``): the defense-aware denoising attacker of ModelGuard's ``Table_Recover``
+#   (defenses/adversary/wb_recover.py:54-437): a table of (posterior, defended posterior) pairs
+#   built from Dirichlet samples through the attacker's own copy of the defense; each defended
+#   answer is replaced by the mean posterior of the table entries nearest to it.
+#
+# Every image the victim answers is charged (contract §1.1): ``k`` answers of one image cost ``k``
+# queries. The store keeps one record per charged query (the image the victim saw and the answer
+# the attacker kept for it, e.g. its group's mean), so D_B is the first B charged records and
+# Track A's S(B) = ceil(0.2 B) holds exactly (docs/defenses/adaptive.md).
 
 from __future__ import annotations
 

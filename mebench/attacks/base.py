@@ -1,17 +1,17 @@
 """The attack plugin interface (contract §14.2) and the attack registry.
 
-The engine owns the loop, the oracle and the query store; an attack only
-decides *which* images to send next and learns from the answers:
-
-    k = min(attack.next_batch_size(state), images left before the next checkpoint)
-    batch = attack.propose(k, state)        # exactly k images in [0, 1]
-    output = oracle.query(batch.x)          # counted: 1 image = 1 query
-    attack.observe(batch, output, state)
-    at every checkpoint B: model = attack.track_b_model(state)   # Track B (§8)
-
-Capabilities are data: ``data_modes``, ``output_modes`` and the flags below are
-read by the config validator and by the benchmark grid, never by ``isinstance``.
+The engine owns the loop, the oracle and the query store; an attack only decides *which* images
+to send next (``propose``) and learns from the answers (``observe``). Capabilities are data:
+``data_modes``, ``output_modes`` and the flags below are read by the config validator and by the
+benchmark grid, never by ``isinstance``. See docs/extending/attack.md.
 """
+# The loop the engine runs around an attack:
+#
+#     k = min(attack.next_batch_size(state), images left before the next checkpoint)
+#     batch = attack.propose(k, state)        # exactly k images in [0, 1]
+#     output = oracle.query(batch.x)          # counted: 1 image = 1 query
+#     attack.observe(batch, output, state)
+#     at every checkpoint B: model = attack.track_b_model(state)   # Track B (§8)
 
 from __future__ import annotations
 

@@ -1,18 +1,24 @@
 """DisGUIDE: disagreement-guided data-free model extraction.
 
-Rosenthal, Enouen, Pham, Tan, "DisGUIDE: Disagreement-Guided Data-Free Model Extraction", AAAI 2023.
-A DFME-style generator is trained *without* querying the victim: it ascends the disagreement (the
-per-class standard deviation of the softmax outputs) of an ensemble of students plus a class-diversity
-term, so every query is a student-training query and one iteration costs ``d_iter * batch_size``
-images. Each queried batch is stored in an experience-replay buffer; ``rep_iter`` replayed batches
-follow each iteration's queries.
-
-The reference (github.com/lin-tan/disguide at c3e2a7d) keeps a FIFO buffer of 1,000,000 images
-(``run_cifar-10.sh:16,22``); here its capacity is ``replay_size`` and its memory is allocated for
-``min(replay_size, max_budget)`` images only, so it never holds more than the run can query.
-The procedure, every default with its ``file:line`` and the deviations are on
-``docs/attacks/disguide.md``; a contract test checks ``Params``' defaults against that page.
+Rosenthal, Enouen, Pham, Tan, "DisGUIDE: Disagreement-Guided Data-Free Model Extraction", AAAI 2023;
+reference github.com/lin-tan/disguide at c3e2a7d. A DFME-style generator ascends the disagreement of
+an ensemble of students without querying the victim, so every query trains the students; queried
+batches are replayed from a buffer of ``replay_size`` images. The procedure, every default with its
+``file:line`` and the deviations: docs/attacks/disguide.md (a contract test checks ``Params``'
+defaults against that page).
 """
+# Rosenthal, Enouen, Pham, Tan, "DisGUIDE: Disagreement-Guided Data-Free Model Extraction", AAAI 2023.
+# A DFME-style generator is trained *without* querying the victim: it ascends the disagreement (the
+# per-class standard deviation of the softmax outputs) of an ensemble of students plus a class-diversity
+# term, so every query is a student-training query and one iteration costs ``d_iter * batch_size``
+# images. Each queried batch is stored in an experience-replay buffer; ``rep_iter`` replayed batches
+# follow each iteration's queries.
+#
+# The reference (github.com/lin-tan/disguide at c3e2a7d) keeps a FIFO buffer of 1,000,000 images
+# (``run_cifar-10.sh:16,22``); here its capacity is ``replay_size`` and its memory is allocated for
+# ``min(replay_size, max_budget)`` images only, so it never holds more than the run can query.
+# The procedure, every default with its ``file:line`` and the deviations are on
+# ``docs/attacks/disguide.md``; a contract test checks ``Params``' defaults against that page.
 
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
 """Dual Students: data-free model stealing with two students whose disagreement guides the generator.
 
-Beetham, Kardan, Mian, Shah, "Dual Student Networks for Data-Free Model Stealing" (arXiv:2309.10058).
-DFME's generator is trained *without* querying the victim: it ascends the l1 distance between the
-two students' logits on its images, so every query trains the students and one iteration costs
-``student_steps * batch_size`` images. The reported model is an exponential moving average of the
-first student, refreshed every ``ema_interval`` iterations.
-
-Reference: github.com/James-Beetham/dual_students at 994b731. The procedure, every default with its
-``file:line`` and the deviations are on ``docs/attacks/dual_students.md``; a contract test checks
-``Params``' defaults against that page.
+Beetham, Kardan, Mian, Shah, "Dual Student Networks for Data-Free Model Stealing" (arXiv:2309.10058);
+reference github.com/James-Beetham/dual_students at 994b731. DFME's generator is trained *without*
+querying the victim: it ascends the l1 distance between the two students' logits on its images, so
+every query trains the students and one iteration costs ``student_steps * batch_size`` images. The
+reported model is an exponential moving average of the first student, refreshed every
+``ema_interval`` iterations. The procedure, every default with its ``file:line`` and the deviations:
+docs/attacks/dual_students.md (a contract test checks ``Params``' defaults against that page).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """IDEAL: query-efficient data-free learning from black-box models (hard labels).
 
 Zhang, Chen, Lyu, "IDEAL: Query-Efficient Data-Free Learning from Black-Box Models", ICLR 2023
-(openreview ConT6H7MWL, arXiv:2205.11158); reference code SonyResearch/IDEAL at 45bf95c.
-
-Each round (``ideal.py:291-296``): a re-initialized generator is trained for ``g_steps`` on the
-substitute alone, with cross-entropy to balanced target classes plus ``info_weight`` times the mean
-of ``p log p`` on a random crop-and-flip view (``ideal.py:78-110``); the lowest-loss batch of
-``batch_size`` images joins the pool and the substitute trains one epoch over the pool on the
-victim's top-1 labels (``ideal.py:156-191``). Every image is sent to the victim once, when it
-joins the pool. Defaults, fixed behaviour and deviations: ``docs/attacks/ideal.md``.
+(openreview ConT6H7MWL, arXiv:2205.11158); reference code SonyResearch/IDEAL at 45bf95c. Each round
+(``ideal.py:291-296``) a re-initialized generator is trained on the substitute alone; its lowest-loss
+batch joins the pool, each image sent to the victim once, and the substitute trains one epoch over
+the pool on the victim's top-1 labels (``ideal.py:156-191``). Defaults, fixed behaviour and
+deviations: docs/attacks/ideal.md.
 """
+# The round in the reference's terms: the generator trains for ``g_steps`` with cross-entropy to
+# balanced target classes plus ``info_weight`` times the mean of ``p log p`` on a random
+# crop-and-flip view (``ideal.py:78-110``); the lowest-loss batch holds ``batch_size`` images.
 
 from __future__ import annotations
 

@@ -1,60 +1,45 @@
 """MAZE: data-free model stealing with zeroth-order gradient estimation.
 
 Kariyappa, Prakash, Qureshi, "MAZE: Data-Free Model Stealing Attack Using Zeroth-Order Gradient
-Estimation", CVPR 2021 (arXiv:2005.03161). A generator G maps noise to images; the clone C learns
-the victim's probabilities with the KL divergence KL(victim || clone); G ascends that divergence
-along a forward-difference estimate of its gradient taken with ``ndirs`` random unit directions
-on the sphere, in G's pre-tanh output space; an experience-replay buffer of past queries gives C
-extra steps that cost no query.
-
-Reference code: github.com/sanjaykariyappa/MAZE at d202ace (the code of 0bb05d0), ``file:line``
-in that tree. One iteration (src/attacks/maze.py:110-225):
-
-1. ``iter_gen`` generator steps: a batch of B samples, each sent with its ``ndirs`` probes
-   (B·(1 + ndirs) queries, src/attacks/attack_utils.py:213-237), one SGD step of G;
-2. ``iter_clone`` clone steps: the first reuses the last generator step's base batch and its
-   answers (maze.py:149, no new query), the others query B fresh generator images (maze.py:150-155);
-3. ``iter_exp`` replay steps on shuffled batches of the buffer, which keeps the last clone batch
-   of every iteration with its answers (maze.py:196-222).
-
-So an iteration costs ``B·((iter_clone − 1) + (1 + ndirs)·iter_gen)`` queries (maze.py:39-41),
-every probe counted. The reference re-sends the reused base batch to the victim without counting
-it (maze.py:155); here its answers are kept from the generator step, so the victim sees every
-image once and the count is exact. The ``Params`` defaults, one ``- field = default  (source)``
-per line:
-
-- batch_size = 128  (src/utils/config.py:16)
-- ndirs = 10  (config.py:84-86)
-- mu = 0.001  (config.py:87-89)
-- iter_gen = 1  (config.py:91-93)
-- iter_clone = 5  (config.py:94-96)
-- iter_exp = 10  (config.py:97-99)
-- latent_dim = 100  (config.py:55-57)
-- generator_width = 64  (src/models/conv3_gen.py:15-56: widths 128, 128, 64, affine last batch norm)
-- lr_clone = 0.1  (config.py:52-54)
-- lr_gen = 0.0001  (config.py:75-77); FashionMNIST: 0.001 (README.md:17, ``DATASET_PRESETS``)
-- clone_arch = 'wrn22_2'  (config.py:43-45, README.md:17: wres22, WRN-22-2 by src/models/models.py:82-95)
-- momentum = 0.9  (maze.py:45-53: SGD for clone and generator)
-- weight_decay = 0.0005  (maze.py:45-53)
-- pixel_map = 'unit_tanh'  (src/datasets/datasets.py:85-86: victims take tanh(a) as input normalized by 0.5, 0.5)
-
-Per data set (``Attack.dataset_defaults``): the authors publish one command, for FashionMNIST
-(README.md:17: ``--model_clone=wres22 --budget=5e6 --lr_clone=0.1 --lr_gen=1e-3 --iter_clone=5
---iter_exp=10``); it differs from the argparse defaults above only in ``lr_gen``. Every other data
-set (MNIST among them) gets the argparse defaults. The named CPU variant ``maze_fast`` changes only
-the clone (``clone_arch: lenet5``); a WRN-22 clone does not fit a CPU grid cell. The clone is
-``clone_arch`` with the victim's normalization; Track A keeps the grid's ``substitute.arch``.
-
-Fixed as in the reference: cosine annealing of both learning rates to 0 over the run's iterations
-(maze.py:55-57, 266-271; here over ``ceil(max_budget / cost per iteration)``); the generator's loss
-is −KL(victim || clone) per sample, summed over classes (attack_utils.py:105-111), its estimate
-``(d / ndirs) Σ_j (L(a + μ u_j) − L(a)) / μ · u_j`` divided by B (attack_utils.py:233-237) and
-back-propagated through G (attack_utils.py:252); the clone stays in train mode for the probes
-(maze.py:36); the replay buffer is unbounded and replays whole batches only (maze.py:204-213).
-The reference's white-box diagnostics (attack_utils.py:238-250, the victim's true gradient for a
-logged cosine) are not part of the attack and are left out. MAZE-PD (``alpha_gan > 0``) is not
-offered. Deviations and their measured effect: docs/attacks/maze.md.
+Estimation", CVPR 2021 (arXiv:2005.03161); reference code github.com/sanjaykariyappa/MAZE at d202ace.
+A generator G maps noise to images; the clone learns the victim's probabilities with KL(victim ||
+clone); G ascends that divergence along a zeroth-order estimate of its gradient (``ndirs`` random
+directions a sample, every probe a query); a replay buffer gives the clone steps that cost no query.
+The procedure, every default with its ``file:line`` (checked by the contract tests) and the
+deviations with their measured effect: docs/attacks/maze.md.
 """
+# The reference in detail (d202ace holds the code of 0bb05d0; ``file:line`` in that tree). One
+# iteration (src/attacks/maze.py:110-225):
+#
+# 1. ``iter_gen`` generator steps: a batch of B samples, each sent with its ``ndirs`` probes
+#    (B·(1 + ndirs) queries, src/attacks/attack_utils.py:213-237), one SGD step of G; the
+#    directions are random unit vectors on the sphere, in G's pre-tanh output space;
+# 2. ``iter_clone`` clone steps: the first reuses the last generator step's base batch and its
+#    answers (maze.py:149, no new query), the others query B fresh generator images (maze.py:150-155);
+# 3. ``iter_exp`` replay steps on shuffled batches of the buffer, which keeps the last clone batch
+#    of every iteration with its answers (maze.py:196-222).
+#
+# So an iteration costs ``B·((iter_clone − 1) + (1 + ndirs)·iter_gen)`` queries (maze.py:39-41),
+# every probe counted. The reference re-sends the reused base batch to the victim without counting
+# it (maze.py:155); here its answers are kept from the generator step, so the victim sees every
+# image once and the count is exact.
+#
+# Per data set (``Attack.dataset_defaults``): the authors publish one command, for FashionMNIST
+# (README.md:17: ``--model_clone=wres22 --budget=5e6 --lr_clone=0.1 --lr_gen=1e-3 --iter_clone=5
+# --iter_exp=10``); it differs from the argparse defaults only in ``lr_gen``. Every other data
+# set (MNIST among them) gets the argparse defaults. The named CPU variant ``maze_fast`` changes only
+# the clone (``clone_arch: lenet5``); a WRN-22 clone does not fit a CPU grid cell. The clone is
+# ``clone_arch`` with the victim's normalization; Track A keeps the grid's ``substitute.arch``.
+#
+# Fixed as in the reference: cosine annealing of both learning rates to 0 over the run's iterations
+# (maze.py:55-57, 266-271; here over ``ceil(max_budget / cost per iteration)``); the generator's loss
+# is −KL(victim || clone) per sample, summed over classes (attack_utils.py:105-111), its estimate
+# ``(d / ndirs) Σ_j (L(a + μ u_j) − L(a)) / μ · u_j`` divided by B (attack_utils.py:233-237) and
+# back-propagated through G (attack_utils.py:252); the clone stays in train mode for the probes
+# (maze.py:36); the replay buffer is unbounded and replays whole batches only (maze.py:204-213).
+# The reference's white-box diagnostics (attack_utils.py:238-250, the victim's true gradient for a
+# logged cosine) are not part of the attack and are left out. MAZE-PD (``alpha_gan > 0``) is not
+# offered.
 
 from __future__ import annotations
 

@@ -1,20 +1,22 @@
 """QEDG: query-efficient data generation for data-free model stealing with hard labels.
 
 Pei, Lyu, Ma, Yang, Xu, Sun, "Exploring Query Efficient Data Generation towards Data-free Model
-Stealing in Hard Label Setting", AAAI 2025; reference code GaozhengPei/QEDG at f2869f4.
-
-Each round (``main.py:193-195``): a re-initialized generator is trained for ``g_steps`` on the
-substitute alone with cross-entropy to random target classes, ``oc_scale`` times the
-over-confidence loss (the spread of the substitute's probabilities) and ``div_scale`` times the
-within-class cosine similarity of its images, all on a geometric view (``main.py:42-74``,
-``utils.py:317-327``); the lowest-loss batch is transformed again image by image, and only the
-images the substitute is unsure of (top-1 probability <= ``select_threshold``) are sent to the
-victim (``utils.py:215-239``). The substitute then makes ``passes`` passes over every labelled
-image with the imbalance cross-entropy (``main.py:119-133``, ``utils.py:408-412``). After the
-budget the reference trains ``final_epochs`` more times ``passes`` passes without a query
-(``main.py:205-209``); here Track B at each checkpoint is a copy of the substitute trained so.
-Defaults, fixed behaviour and deviations: ``docs/attacks/qedg.md``.
+Stealing in Hard Label Setting", AAAI 2025; reference code GaozhengPei/QEDG at f2869f4. Each round a
+re-initialized generator is trained on the substitute alone, only the images the substitute is unsure
+of are sent to the victim, and the substitute trains on every labelled image; Track B at each
+checkpoint is a copy of the substitute trained on as the reference does after the budget.
+Defaults, fixed behaviour and deviations: docs/attacks/qedg.md.
 """
+# Each round (``main.py:193-195``): a re-initialized generator is trained for ``g_steps`` on the
+# substitute alone with cross-entropy to random target classes, ``oc_scale`` times the
+# over-confidence loss (the spread of the substitute's probabilities) and ``div_scale`` times the
+# within-class cosine similarity of its images, all on a geometric view (``main.py:42-74``,
+# ``utils.py:317-327``); the lowest-loss batch is transformed again image by image, and only the
+# images the substitute is unsure of (top-1 probability <= ``select_threshold``) are sent to the
+# victim (``utils.py:215-239``). The substitute then makes ``passes`` passes over every labelled
+# image with the imbalance cross-entropy (``main.py:119-133``, ``utils.py:408-412``). After the
+# budget the reference trains ``final_epochs`` more times ``passes`` passes without a query
+# (``main.py:205-209``); here Track B at each checkpoint is a copy of the substitute trained so.
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
 - ``seed`` mode: the pool is grown from the seed images by seeded random
   augmentation (``mebench.data.augment``), so every query is a new image.
 
-Random has no training loop of its own, so it reports Track A only.
+Random has no training loop of its own, so it reports Track A only. See docs/attacks/random.md.
 """
 
 from __future__ import annotations

@@ -2,21 +2,24 @@
 ``Table_Recover`` (Yoruko-Tang/ModelGuard@0eb60fc4912f432f036d1c49a0a09c6f5530a3a6,
 defenses/adversary/wb_recover.py).
 
-The attacker knows the defense's mechanism and parameters (Kerckhoffs: the defense is public) and
-owns a copy of it, but not the victim. Before its first query it builds a lookup table: posterior
-vectors drawn from a Dirichlet distribution with every concentration 1/K (wb_recover.py:226-227,
-the branch without an estimation set), each passed through its copy of the defense
-(wb_recover.py:252-271, ``get_yprime``). Each defended answer is then replaced by the mean of the
-table posteriors whose defended versions lie within ``max(tolerance, nearest distance)`` of it
-in L-``norm`` distance (wb_recover.py:379-415, ``recover_mean=True``): the attacker's estimate of
-the undefended answer. Its queries and charges are the naive attacker's (one answer per image).
-
-Deviations (docs/defenses/adaptive.md): a table of ``table_size`` = 20,000 entries, not 1,000,000
-(the README's ``recover_table_size``), for a CPU budget; the defense copy answers each table entry
-for one of the attacker's own pool images (the reference passes per-input information only for
-defenses that ask for it, ``require_xinfo``, wb_recover.py:153-158); no search restricted to the
-same top-1 class (``top1_recover``) and no learned recovery network (``recover_nn``).
+The attacker owns a copy of the defense, not the victim: it replaces each defended answer by the mean
+of the posteriors of a lookup table whose defended versions lie nearest to it. Its queries and
+charges are the naive attacker's (one answer per image). Deviations: docs/defenses/adaptive.md.
 """
+# The attacker knows the defense's mechanism and parameters (Kerckhoffs: the defense is public) and
+# owns a copy of it, but not the victim. Before its first query it builds a lookup table: posterior
+# vectors drawn from a Dirichlet distribution with every concentration 1/K (wb_recover.py:226-227,
+# the branch without an estimation set), each passed through its copy of the defense
+# (wb_recover.py:252-271, ``get_yprime``). Each defended answer is then replaced by the mean of the
+# table posteriors whose defended versions lie within ``max(tolerance, nearest distance)`` of it
+# in L-``norm`` distance (wb_recover.py:379-415, ``recover_mean=True``): the attacker's estimate of
+# the undefended answer. Its queries and charges are the naive attacker's (one answer per image).
+#
+# Deviations (docs/defenses/adaptive.md): a table of ``table_size`` = 20,000 entries, not 1,000,000
+# (the README's ``recover_table_size``), for a CPU budget; the defense copy answers each table entry
+# for one of the attacker's own pool images (the reference passes per-input information only for
+# defenses that ask for it, ``require_xinfo``, wb_recover.py:153-158); no search restricted to the
+# same top-1 class (``top1_recover``) and no learned recovery network (``recover_nn``).
 
 from __future__ import annotations
 

@@ -1,23 +1,23 @@
 """Pool subset-selection strategies of ActiveThief (Pal et al., AAAI 2020, "Active learning strategies").
 
-Every function takes the substitute's view of the candidates and returns
-*positions into the candidate list* (int64, on the CPU), never pool indices:
-the caller maps them back. All work is chunked so a pool of 100k-1M images
-fits in a few GiB, and runs on whatever device the model and tensors live on.
-
-- ``entropy_select``: the k candidates whose substitute softmax has the largest
-  entropy (uncertainty sampling, Lewis & Gale 1994).
-- ``k_center_greedy``: greedy core-set selection (Sener & Savarese, ICLR 2018)
-  in the substitute's output-probability space with L2 distance; the labelled
-  training points are the initial centers.
-- ``deepfool_norms``: the L2 size of a DeepFool perturbation (Moosavi-Dezfooli
-  et al., CVPR 2016) of each candidate; DFAL (Ducoffe & Precioso 2018) queries
-  the candidates with the smallest one, i.e. those nearest the substitute's
-  decision boundary. By default it follows the ActiveThief authors' code (a
-  fixed number of steps on the softmax over all classes, see
-  ``mebench.attacks.activethief``); textbook DeepFool on the logits with an
-  early exit at the flip is an option.
+Every function takes the substitute's view of the candidates and returns *positions into the
+candidate list* (int64, on the CPU), never pool indices: the caller maps them back. All work is
+chunked so a pool of 100k-1M images fits in a few GiB, and runs on whatever device the model and
+tensors live on. The strategies (``entropy_select``, ``k_center_greedy``, ``deepfool_norms``) are
+described below and on docs/attacks/activethief.md.
 """
+# - ``entropy_select``: the k candidates whose substitute softmax has the largest
+#   entropy (uncertainty sampling, Lewis & Gale 1994).
+# - ``k_center_greedy``: greedy core-set selection (Sener & Savarese, ICLR 2018)
+#   in the substitute's output-probability space with L2 distance; the labelled
+#   training points are the initial centers.
+# - ``deepfool_norms``: the L2 size of a DeepFool perturbation (Moosavi-Dezfooli
+#   et al., CVPR 2016) of each candidate; DFAL (Ducoffe & Precioso 2018) queries
+#   the candidates with the smallest one, i.e. those nearest the substitute's
+#   decision boundary. By default it follows the ActiveThief authors' code (a
+#   fixed number of steps on the softmax over all classes, see
+#   ``mebench.attacks.activethief``); textbook DeepFool on the logits with an
+#   early exit at the flip is an option.
 
 from __future__ import annotations
 

@@ -1,28 +1,28 @@
 """SwiftThief (Lee, Han, Lee, IJCAI 2024): pool-based extraction that also learns from the pool
 images it never queries, by contrastive learning, and prioritises rarely answered classes.
 
-Written from the reference JEONGHYUN-LEE/MS-SwiftThief at a766aab (``file:line`` below are in that
-tree): swiftthief.py (the loop), attack_tools/sampling.py (selection),
-contrastive_learning/main_sup_soft.py and simsiam/criterion.py (the contrastive phase, in
-``mebench.attacks._contrastive``), scripts/swiftthief/mnist.sh (the MNIST command). For a budget B
-(swiftthief.py:44-257):
-
-1. query 10 % of B at random (:50-51); contrastive phase (:106-124); then 50 epochs of output
-   matching (KL to the victim's probabilities, batches of 100, one SGD kept for the whole run,
-   :99-101, :221-228; mnist.sh:28-30: 500 epochs, a round every 50);
-2. nine rounds of 10 % of B each (:131-170): the round's rule (:18-41) takes the top-entropy
-   unqueried images under the substitute (sampling.py:49-73) unless the budget left is at most
-   ``c_ur * (mean - mean_ur)`` of the victim's class counts, then five sub-rounds each take the
-   unqueried images densest under a Gaussian KDE (bandwidth 0.5) of the backbone features of the
-   queried images the victim put in its rarest non-empty class (sampling.py:76-151); each round
-   ends with a contrastive phase on 5,000 more unqueried images (40 epochs, 100 after the last
-   round, :182-219) and 50 epochs of output matching.
-
-mebench runs that plan toward every checkpoint in turn (the queries before a checkpoint count
-toward its initial 10 %), charges every image the victim sees once, and reports the substitute
-after each checkpoint's last round as Track B. Defaults, deviations and their effect:
-``docs/attacks/swiftthief.md`` (a contract test checks ``SwiftThiefParams`` against that page).
+Written from the reference JEONGHYUN-LEE/MS-SwiftThief at a766aab. mebench runs the reference's plan
+toward every checkpoint in turn (the queries before a checkpoint count toward its initial 10 %),
+charges every image the victim sees once, and reports the substitute after each checkpoint's last
+round as Track B. Defaults, deviations and their effect: docs/attacks/swiftthief.md (a contract
+test checks ``SwiftThiefParams`` against that page).
 """
+# Written from the reference JEONGHYUN-LEE/MS-SwiftThief at a766aab (``file:line`` below are in that
+# tree): swiftthief.py (the loop), attack_tools/sampling.py (selection),
+# contrastive_learning/main_sup_soft.py and simsiam/criterion.py (the contrastive phase, in
+# ``mebench.attacks._contrastive``), scripts/swiftthief/mnist.sh (the MNIST command). For a budget B
+# (swiftthief.py:44-257):
+#
+# 1. query 10 % of B at random (:50-51); contrastive phase (:106-124); then 50 epochs of output
+#    matching (KL to the victim's probabilities, batches of 100, one SGD kept for the whole run,
+#    :99-101, :221-228; mnist.sh:28-30: 500 epochs, a round every 50);
+# 2. nine rounds of 10 % of B each (:131-170): the round's rule (:18-41) takes the top-entropy
+#    unqueried images under the substitute (sampling.py:49-73) unless the budget left is at most
+#    ``c_ur * (mean - mean_ur)`` of the victim's class counts, then five sub-rounds each take the
+#    unqueried images densest under a Gaussian KDE (bandwidth 0.5) of the backbone features of the
+#    queried images the victim put in its rarest non-empty class (sampling.py:76-151); each round
+#    ends with a contrastive phase on 5,000 more unqueried images (40 epochs, 100 after the last
+#    round, :182-219) and 50 epochs of output matching.
 
 from __future__ import annotations
 

@@ -1,17 +1,19 @@
 """Shared machinery of the round-based synthesis attacks IDEAL and QEDG (``mebench.attacks.ideal``,
 ``mebench.attacks.qedg``).
 
-Both references run the same round (SonyResearch/IDEAL@45bf95c ``ideal.py:78-110``,
-GaozhengPei/QEDG@f2869f4 ``main.py:42-74``): re-initialize a small generator, train it for
-``g_steps`` Adam steps on a fixed noise batch so that the *substitute* (never the victim) classifies
-its images as drawn target classes, keep the batch of the lowest loss, quantize it to 8 bits (the
-references write PNGs), send (a selection of) it to the victim once, and train the substitute on
-every image labelled so far. The generator never sees the victim, so no query is spent on
-generator training: every image the victim sees is a training image, charged once.
-
-The subclass supplies the synthesis loss, the view the substitute sees, the selection and the
-substitute's training on the labelled pool.
+Both references run the same round: a small generator trained against the *substitute* (never the
+victim), its best batch quantized to 8 bits and sent to the victim once, the substitute trained on
+every image labelled so far; every image the victim sees is a training image, charged once. The
+subclass supplies the synthesis loss, the view the substitute sees, the selection and the
+substitute's training on the labelled pool. See docs/attacks/ideal.md and docs/attacks/qedg.md.
 """
+# Both references run the same round (SonyResearch/IDEAL@45bf95c ``ideal.py:78-110``,
+# GaozhengPei/QEDG@f2869f4 ``main.py:42-74``): re-initialize a small generator, train it for
+# ``g_steps`` Adam steps on a fixed noise batch so that the *substitute* (never the victim) classifies
+# its images as drawn target classes, keep the batch of the lowest loss, quantize it to 8 bits (the
+# references write PNGs), send (a selection of) it to the victim once, and train the substitute on
+# every image labelled so far. The generator never sees the victim, so no query is spent on
+# generator training: every image the victim sees is a training image, charged once.
 
 from __future__ import annotations
 

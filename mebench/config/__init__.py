@@ -7,7 +7,7 @@
 - ``plan``: ``resolve(cfg, seed) -> RunPlan``, every default filled in, hashed with the code identity.
 
 Nothing in this package imports torch (``contract_tests/test_layers.py`` checks it), so a config
-mistake is answered before the heavy imports of a run.
+mistake is answered before the heavy imports of a run. See docs/guide/configs.md.
 """
 
 from mebench.config.schema import *  # noqa: F401,F403  (the public types and loaders)

@@ -4,7 +4,7 @@ Standalone (no mebench imports): ``build_dataclass`` converts a mapping into a
 dataclass by its type hints (nested dataclasses, tuples, optionals, numbers,
 strings, booleans, plain dicts); ``read_yaml_file`` reads a file with
 ``yaml.safe_load``. Both raise ``error(key, value, rule)``; mebench passes its
-``ConfigError``.
+``ConfigError``. See docs/guide/configs.md.
 """
 
 from __future__ import annotations

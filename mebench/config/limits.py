@@ -5,9 +5,9 @@ A plugin's own ``check_params`` states its lower bounds and its rules (``> 0``, 
 this table adds what no rule said: every number is finite (``mebench.config.builder`` refuses
 NaN and infinities for every float) and at most an upper bound a real run could use, so a mistyped
 ``batch_size: 1000000000000`` or ``kd_lr: 1e30`` is one line before any work. A parameter is
-bounded by its name here; a name the table does not know gets the generic bound of its type, so
-a new plugin is checked the day it is registered (``contract_tests/test_param_limits.py`` fuzzes
-every field of every registry, and checks that every default lies inside its bound).
+bounded by its name here; a name the table does not know gets the generic bound of its type, so a
+new plugin is checked the day it is registered (``contract_tests/test_param_limits.py`` fuzzes every
+field of every registry and checks every default against its bound). See docs/guide/configs.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 value and the rule. The §15.2 rules that need the registries (attacks, models,
 datasets) and ``load_config`` live in ``mebench.config.validation``, so importing this
 module loads no attack. Relative paths in a config file are looked up from the
-current folder, then from the file's own folder (``resolve_paths``).
+current folder, then from the file's own folder (``resolve_paths``). See docs/guide/configs.md.
 """
 
 from __future__ import annotations

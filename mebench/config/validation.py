@@ -3,16 +3,16 @@
 ``load_config`` reads a config file, applies command-line overrides and calls
 ``validate``; each broken rule is one ``ConfigError`` naming the key, the value
 and the rule. The rules read the registries (attacks, models, datasets), which
-is why they are apart from the config types in ``mebench.config``.
-
-Importing this module imports no torch. ``load_config`` checks in the order of what each
-check costs: the rules that need no registry (``STATIC_RULES``: seeds, budgets, output
-modes, temperature; the dataset profiles are torch-free) and the existence of the files,
-then the rules that import the attack, defense and model registries (``REGISTRY_RULES``,
-which import torch), then the victim file's contents. So the commonest mistakes (a
-``--budgets`` typo, an untrained victim, a missing data folder) are answered in a fraction
-of a second.
+is why they are apart from the config types in ``mebench.config``. Importing this module
+imports no torch; the checks run cheapest first (see below). See docs/guide/configs.md.
 """
+# Importing this module imports no torch. ``load_config`` checks in the order of what each
+# check costs: the rules that need no registry (``STATIC_RULES``: seeds, budgets, output
+# modes, temperature; the dataset profiles are torch-free) and the existence of the files,
+# then the rules that import the attack, defense and model registries (``REGISTRY_RULES``,
+# which import torch), then the victim file's contents. So the commonest mistakes (a
+# ``--budgets`` typo, an untrained victim, a missing data folder) are answered in a fraction
+# of a second.
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Each generated image is one seed image under its own random affine transform
 std 0.02, then clamped to [0, 1] and quantized to uint8. All parameters are
 drawn from one ``torch.Generator``, so the pool is a function of the run seed.
 The transforms are applied with ``affine_grid``/``grid_sample`` on whole
-batches: there is no per-image Python loop.
+batches: there is no per-image Python loop. See docs/guide/data.md.
 """
 
 from __future__ import annotations

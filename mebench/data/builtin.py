@@ -4,6 +4,7 @@ Victim datasets: MNIST, FashionMNIST, CIFAR10, SewerML. Surrogates declare the
 victim datasets they serve (same shape, §3.2): FashionMNIST, EMNIST and KMNIST
 serve MNIST; MNIST, KMNIST and EMNIST serve FashionMNIST; SVHN and GTSRB serve
 CIFAR10. Files are listed in torchvision's on-disk layout under the data root.
+See docs/guide/data.md.
 """
 
 from __future__ import annotations

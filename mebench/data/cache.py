@@ -5,7 +5,7 @@ D_B is ``prefix(B)``. With caching enabled the store is a pair of row files
 so host memory does not grow with B: ``rows(B)`` hands Track A a lazy D_B it gathers
 batch by batch. Otherwise it is preallocated host arrays.
 ``QueryStore.cleanup`` deletes the folder; the engine calls it in a ``finally``
-block, so the cache goes away on success, on error and on Ctrl-C.
+block, so the cache goes away on success, on error and on Ctrl-C. See docs/guide/scale.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,25 @@
 """Reading datasets from a local data root as uint8 tensors (contract §2, §3).
 
-The data root comes from ``dataset.data_root`` / ``--data-root`` or the
-``MEBENCH_DATA_ROOT`` environment variable, in torchvision's on-disk layout.
-Nothing is downloaded unless asked (``dataset.download: true``, ``--download``).
-A missing dataset is a ``DataMissingError`` that names the folder searched, the
-files expected and the fix in the words of the command that read it (``HINTS``).
-
-Every reader returns ``(images uint8 [N, C, H, W], labels int64 [N])``; a
-dataset's reader is part of its registration (``mebench.data.profiles``).
-
-Sewer-ML cannot be downloaded; mebench reads it from this layout::
-
-    <data_root>/SewerML/{train,test}/<class_name>/<image>.{png,jpg}
-
-(e.g. classes ``normal`` and ``defect``), resized to 224x224 RGB on load.
+The data root comes from ``dataset.data_root`` / ``--data-root`` or ``MEBENCH_DATA_ROOT``, in
+torchvision's on-disk layout; nothing is downloaded unless asked (``dataset.download: true``,
+``--download``). A missing dataset is a ``DataMissingError`` naming the folder searched, the files
+expected and the fix (``HINTS``). Every reader returns ``(images uint8 [N, C, H, W], labels int64
+[N])``. See docs/guide/data.md.
 """
+# The data root comes from ``dataset.data_root`` / ``--data-root`` or the
+# ``MEBENCH_DATA_ROOT`` environment variable, in torchvision's on-disk layout.
+# Nothing is downloaded unless asked (``dataset.download: true``, ``--download``).
+# A missing dataset is a ``DataMissingError`` that names the folder searched, the
+# files expected and the fix in the words of the command that read it (``HINTS``).
+#
+# Every reader returns ``(images uint8 [N, C, H, W], labels int64 [N])``; a
+# dataset's reader is part of its registration (``mebench.data.profiles``).
+#
+# Sewer-ML cannot be downloaded; mebench reads it from this layout::
+#
+#     <data_root>/SewerML/{train,test}/<class_name>/<image>.{png,jpg}
+#
+# (e.g. classes ``normal`` and ``defect``), resized to 224x224 RGB on load.
 
 from __future__ import annotations
 

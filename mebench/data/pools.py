@@ -3,6 +3,7 @@
 A pool is a uint8 tensor ``[N, C, H, W]`` kept on the CPU (1 byte per pixel, so
 a 1M-image MNIST pool is 0.8 GB), or for a large augmented seed pool a ``RowFile``
 on disk with the same bytes; ``get`` returns float ``[0, 1]`` images on a device. Pool-based attacks select indices and never re-query one.
+See docs/guide/data.md.
 """
 
 from __future__ import annotations

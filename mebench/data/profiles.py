@@ -7,7 +7,7 @@ before any data is read), the Track A rules a profile may override (batch size
 and whether torchvision can download it. A surrogate declares the victim
 datasets it serves (``serves``), so a plugin adds one without editing the
 victim's profile. ``register_dataset`` adds a profile; the built-in ones are in
-``mebench.data.builtin``.
+``mebench.data.builtin``. See docs/extending/dataset.md.
 """
 
 from __future__ import annotations

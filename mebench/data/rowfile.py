@@ -1,22 +1,27 @@
 """Fixed-shape arrays kept in a file, read a few rows at a time, so host memory stays flat in B.
 
-A 1M-query MNIST store is 3.1 GB of float32 images and a 1M-image seed pool 0.8 GB of uint8;
-neither may sit in the process's memory (issue: a 1M cell's peak RSS at most 1.2x a 100k cell's).
-A numpy memmap alone does not keep memory flat: every page a mapping has touched counts in the
-process's resident set until the mapping is dropped, and Track A touches every row of D_B many
-times over. So :class:`RowFile`
-
-- writes with ``os.pwrite`` (nothing mapped while a store fills),
-- reads contiguous ranges with ``os.pread`` (a copy of just those rows), and
-- gathers scattered rows (a training batch) with one ``pread`` a row into one buffer: nothing of
-  the file is ever mapped into the process. A memmap gather is not flat: the kernel maps whole
-  page-cache folios on a fault (measured here: 200 random 128-row batches of a 0.9 GB file left
-  0.9 GB resident), and handing pages back after every batch still peaks at up to ~2 MB a row.
-  The reads cost ~0.5 ms a 128-row batch (~4 us a row) against ~10 ms a LeNet-5 step.
-
-The bytes read are the bytes written, so a model trained from a :class:`RowFile` is bit-identical
-to one trained from the same rows in memory (``contract_tests/test_memory_flat.py``).
+A 1M-query store or seed pool may not sit in the process's memory, and a numpy memmap does not keep
+memory flat, so :class:`RowFile` writes with ``os.pwrite`` and reads with ``os.pread``: nothing of
+the file is ever mapped into the process (the measurements behind that choice are below). The
+bytes read are the bytes written, so training from a :class:`RowFile` is bit-identical to training
+from the same rows in memory. See docs/guide/scale.md.
 """
+# A 1M-query MNIST store is 3.1 GB of float32 images and a 1M-image seed pool 0.8 GB of uint8;
+# neither may sit in the process's memory (issue: a 1M cell's peak RSS at most 1.2x a 100k cell's).
+# A numpy memmap alone does not keep memory flat: every page a mapping has touched counts in the
+# process's resident set until the mapping is dropped, and Track A touches every row of D_B many
+# times over. So :class:`RowFile`
+#
+# - writes with ``os.pwrite`` (nothing mapped while a store fills),
+# - reads contiguous ranges with ``os.pread`` (a copy of just those rows), and
+# - gathers scattered rows (a training batch) with one ``pread`` a row into one buffer: nothing of
+#   the file is ever mapped into the process. A memmap gather is not flat: the kernel maps whole
+#   page-cache folios on a fault (measured here: 200 random 128-row batches of a 0.9 GB file left
+#   0.9 GB resident), and handing pages back after every batch still peaks at up to ~2 MB a row.
+#   The reads cost ~0.5 ms a 128-row batch (~4 us a row) against ~10 ms a LeNet-5 step.
+#
+# The bytes read are the bytes written, so a model trained from a :class:`RowFile` is bit-identical
+# to one trained from the same rows in memory (``contract_tests/test_memory_flat.py``).
 
 from __future__ import annotations
 

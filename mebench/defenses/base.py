@@ -6,6 +6,7 @@ budget before any transform runs, so a defense never changes the query count.
 Configured as ``defense: {name, params}``; ``params`` builds the defense's
 ``Params`` dataclass (unknown keys and wrong types are config errors naming the
 key), and ``check_params`` refuses values and output modes that make no sense.
+See docs/extending/defense.md.
 """
 
 from __future__ import annotations

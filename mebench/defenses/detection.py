@@ -1,28 +1,33 @@
 """Detectors: defenses that watch the stream of queries and never change an answer.
 
-A detector is a :class:`~mebench.defenses.base.Defense` whose ``apply`` returns the
-answers unchanged; the oracle shows it every answered batch (``observe``), and it
-records after which query it would have flagged the client. Two things are scored
-for every detector:
-
-- **queries until detection** of each attack's stream (``flagged_at``: the first query after
-  which the client was flagged; ``None`` when it never was within the budget), and where a
-  detector's flag can be lowered again (PRADA's reference rule), the flag it holds at each
-  checkpoint (``flag_at``);
-- **detection at a low false-positive rate**: each stream, attack or benign, gets a
-  score at every checkpoint B (the detector's own evidence over its first B queries,
-  higher = more attack-like), and :func:`tpr_at_fpr` reads the true-positive rate
-  at the strictest threshold that flags at most a share ``fpr`` of the benign
-  streams (the rule of low-FPR membership-inference scoring: the threshold is set
-  on the negatives alone, and the score is the share of positives above it).
-
-Benign streams (:func:`benign_streams`) are seeded random orders of whole test
-splits: the victim's own and, where the run names one, a second dataset's.
-
-:func:`shapiro_wilk_w` is ``scipy.stats.shapiro``'s W (algorithm AS R94, Royston 1995), the
-function PRADA's reference code calls; mebench's own Royston implementation, which agreed with it
-to 1e-6, was dropped for the maintained library.
+A detector is a :class:`~mebench.defenses.base.Defense` whose ``apply`` returns the answers
+unchanged; the oracle shows it every answered batch (``observe``), and it records after which query
+it would have flagged the client. Each is scored on queries until detection and on detection at a
+low false-positive rate (:func:`tpr_at_fpr`) against benign streams (:func:`benign_streams`).
+See docs/defenses/detection_benchmark.md.
 """
+# A detector is a :class:`~mebench.defenses.base.Defense` whose ``apply`` returns the
+# answers unchanged; the oracle shows it every answered batch (``observe``), and it
+# records after which query it would have flagged the client. Two things are scored
+# for every detector:
+#
+# - **queries until detection** of each attack's stream (``flagged_at``: the first query after
+#   which the client was flagged; ``None`` when it never was within the budget), and where a
+#   detector's flag can be lowered again (PRADA's reference rule), the flag it holds at each
+#   checkpoint (``flag_at``);
+# - **detection at a low false-positive rate**: each stream, attack or benign, gets a
+#   score at every checkpoint B (the detector's own evidence over its first B queries,
+#   higher = more attack-like), and :func:`tpr_at_fpr` reads the true-positive rate
+#   at the strictest threshold that flags at most a share ``fpr`` of the benign
+#   streams (the rule of low-FPR membership-inference scoring: the threshold is set
+#   on the negatives alone, and the score is the share of positives above it).
+#
+# Benign streams (:func:`benign_streams`) are seeded random orders of whole test
+# splits: the victim's own and, where the run names one, a second dataset's.
+#
+# :func:`shapiro_wilk_w` is ``scipy.stats.shapiro``'s W (algorithm AS R94, Royston 1995), the
+# function PRADA's reference code calls; mebench's own Royston implementation, which agreed with it
+# to 1e-6, was dropped for the maintained library.
 
 from __future__ import annotations
 

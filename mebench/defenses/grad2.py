@@ -1,35 +1,38 @@
 """GRAD²: Mazeika, Li, Forsyth, "How to Steer Your Adversary: Targeted and Efficient Model Stealing
 Defenses with Gradient Redirection", ICML 2022; reference code mmazeika/model-stealing-defenses
-@ f125dc3 (paths below are inside that repository; docs/defenses/grad2.md).
+@ f125dc3 (paths below are inside that repository).
 
-The defender holds a surrogate of the attacker's model and answers ỹ, the probability vector within
-an L1 ball of radius ε around the victim's y (and on the simplex) that minimises the inner product
-of the surrogate's parameter gradient at ỹ with a target direction t:
-
-    min_ỹ ⟨Gᵀỹ, t⟩,   Gᵀỹ = ∇_θ mean_i Σ_k ỹ_ik log softmax(f_θ(x_i))_k       (defenses.py:82-107, 337)
-
-Gᵀỹ is linear in ỹ, so the objective's gradient g_ik = ⟨∇_θ log p_k(x_i), t⟩ / N (the reference's
-double backprop, defenses.py:312-338; here one forward-mode Jacobian-vector product) is exact and
-the problem is a linear program whose optimum the reference reaches greedily per row
-(defenses.py:347-372): ε/2 of probability mass (at most 1 − y_c) moves onto the class c with the
-smallest g, taken from the classes with the largest g first; the result is floored at 1e-15 and
-renormalised. ``redirect`` does the same for all rows at once.
-
-Targets (``target``): ``all_ones`` (default) is t = −1 over every parameter, the paper's GRAD²
-(parse_results.ipynb cell 3: "ALL-ONES_10 corresponds to the GRAD^2 method in the paper";
-get_queries.py:117-129; makebatches.sh:87); ``min_ip`` is t = Gᵀy of the query batch (the
-untargeted MIN-IP, get_queries.py:181-183), computed over consecutive chunks of ``query_batch``
-rows (the reference's 32 per GPU, get_queries.py:188).
-
-The surrogate (``fit``) has the victim's architecture and is trained on the victim's posteriors
-(distillation at temperature 1, utils.py:55-79; train_surrogate.py:88-91) for 10 epochs of a
-50-epoch cosine schedule (early stopping, makebatches.sh:50-55; train_surrogate.py:97-107), batch
-128, SGD lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4 (train_surrogate.py:98-102), with random
-crops (padding 4, utils.py:223-229). Its images: ``surrogate_data``, the victim's own train split
-by default (the reference's ``_s1`` surrogates, get_queries.py:77) or a named dataset; the paper's
-main setting trains on the attacker's transfer set (get_queries.py:75-78), which a config
-reproduces by naming the pool's dataset.
+The defender holds a surrogate of the attacker's model and answers the probability vector within an
+L1 ball of radius ε around the victim's that steers the surrogate's parameter gradient toward a
+target direction (``target``); the surrogate is fitted once (``fit``). See docs/defenses/grad2.md.
 """
+# The defender holds a surrogate of the attacker's model and answers ỹ, the probability vector within
+# an L1 ball of radius ε around the victim's y (and on the simplex) that minimises the inner product
+# of the surrogate's parameter gradient at ỹ with a target direction t:
+#
+#     min_ỹ ⟨Gᵀỹ, t⟩,   Gᵀỹ = ∇_θ mean_i Σ_k ỹ_ik log softmax(f_θ(x_i))_k       (defenses.py:82-107, 337)
+#
+# Gᵀỹ is linear in ỹ, so the objective's gradient g_ik = ⟨∇_θ log p_k(x_i), t⟩ / N (the reference's
+# double backprop, defenses.py:312-338; here one forward-mode Jacobian-vector product) is exact and
+# the problem is a linear program whose optimum the reference reaches greedily per row
+# (defenses.py:347-372): ε/2 of probability mass (at most 1 − y_c) moves onto the class c with the
+# smallest g, taken from the classes with the largest g first; the result is floored at 1e-15 and
+# renormalised. ``redirect`` does the same for all rows at once.
+#
+# Targets (``target``): ``all_ones`` (default) is t = −1 over every parameter, the paper's GRAD²
+# (parse_results.ipynb cell 3: "ALL-ONES_10 corresponds to the GRAD^2 method in the paper";
+# get_queries.py:117-129; makebatches.sh:87); ``min_ip`` is t = Gᵀy of the query batch (the
+# untargeted MIN-IP, get_queries.py:181-183), computed over consecutive chunks of ``query_batch``
+# rows (the reference's 32 per GPU, get_queries.py:188).
+#
+# The surrogate (``fit``) has the victim's architecture and is trained on the victim's posteriors
+# (distillation at temperature 1, utils.py:55-79; train_surrogate.py:88-91) for 10 epochs of a
+# 50-epoch cosine schedule (early stopping, makebatches.sh:50-55; train_surrogate.py:97-107), batch
+# 128, SGD lr 0.1, momentum 0.9, Nesterov, weight decay 5e-4 (train_surrogate.py:98-102), with random
+# crops (padding 4, utils.py:223-229). Its images: ``surrogate_data``, the victim's own train split
+# by default (the reference's ``_s1`` surrogates, get_queries.py:77) or a named dataset; the paper's
+# main setting trains on the attacker's transfer set (get_queries.py:75-78), which a config
+# reproduces by naming the pool's dataset.
 
 from __future__ import annotations
 

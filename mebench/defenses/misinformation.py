@@ -1,41 +1,44 @@
 """Adaptive Misinformation: Kariyappa, Qureshi, "Defending Against Model Stealing Attacks with
 Adaptive Misinformation", CVPR 2020, section 4; reference code sanjaykariyappa/adaptive_misinformation
-@ c2a3e1b (paths below are inside that repository; docs/defenses/adaptive_misinformation.md).
+@ c2a3e1b (paths below are inside that repository).
 
-The defended answer mixes the victim's probabilities y with a misinformation model's ŷ:
-
-    ỹ = (1 - α) y + α ŷ,   α = 1 / (1 + exp(ν (max_i y_i - τ)))      (admis/utils/defense.py:51, 58)
-
-so a query the out-of-distribution detector calls in-distribution (maximum softmax probability
-above τ) gets the victim's answer, and one it calls out-of-distribution gets misinformation. The
-misinformation model has the victim's architecture and minimises -log(1 - ŷ_c)
-(admis/utils/model.py:130-133) on in-distribution batches with their true class c *and* on
-outlier-exposure (OE) batches labelled with the victim's top class (admis/utils/model.py:117-129).
-
-Recipes (``defense.params.recipe``; any single parameter may still be set on top of one):
-
-- ``reference`` (default): the reference's recipe. 20 epochs, batch 128, SGD lr 0.1 with
-  momentum 0.9 and weight decay 5e-4, StepLR(10 epochs, 0.1) (README.md:18;
-  admis/defender/train.py:31; admis/utils/model.py:358-364, 412-414); ν = 10000
-  (admis/utils/defense.py:51); τ = 0.99, the value its README documents (README.md:25-35; the
-  argparse default of ``--defense_levels`` is 0, admis/benign_user/test.py:35-37); one OE batch
-  of the same size per in-distribution batch (admis/utils/model.py:110-118).
-- ``reference_cpu``: the reference with 5 epochs and the lr step after 2.5 (the step at the same
-  fraction of training), for CPU grids; its effect is measured in the docs page.
-- ``mebench_v1``: mebench's recipe before issue 42: in-distribution batches only, 2 epochs,
-  lr 0.01 on a cosine schedule, ν = 1000, τ = 0.9 (the defense grids ran it with τ = 0.7).
-
-Deviations that remain (docs page, "Deviations from the reference that remain", with their measured
-effect): the outlier source defaults to ``synthetic_blobs`` (``mebench.defenses.outliers``; a second
-source, ``synthetic_strokes``, measures the sensitivity) because the reference's KMNIST is absent
-here; OE labels are the *fixed* victim's top class, where the reference trains victim and
-misinformation model together and labels OE images by the victim's current state
-(admis/utils/model.py:117-133; the option ``oe_labels: joint`` approximates that from the victim's
-per-epoch snapshots, ``mebench.victims.snapshots``, to measure the difference); and the detector is
-the maximum softmax probability of whatever victim the cell names: the reference's victim is trained
-with Outlier Exposure (λ = 1, admis/utils/model.py:121, 146; README.md:18), which mebench's ``*_oe``
-victim recipes reproduce (``mebench.victims.outlier_exposure``), while its standard victims are plain.
+The defended answer mixes the victim's probabilities with a misinformation model's, more of the
+latter the less in-distribution the query looks (maximum softmax probability against τ). Recipes,
+deviations and their measured effect: docs/defenses/adaptive_misinformation.md.
 """
+# The defended answer mixes the victim's probabilities y with a misinformation model's ŷ:
+#
+#     ỹ = (1 - α) y + α ŷ,   α = 1 / (1 + exp(ν (max_i y_i - τ)))      (admis/utils/defense.py:51, 58)
+#
+# so a query the out-of-distribution detector calls in-distribution (maximum softmax probability
+# above τ) gets the victim's answer, and one it calls out-of-distribution gets misinformation. The
+# misinformation model has the victim's architecture and minimises -log(1 - ŷ_c)
+# (admis/utils/model.py:130-133) on in-distribution batches with their true class c *and* on
+# outlier-exposure (OE) batches labelled with the victim's top class (admis/utils/model.py:117-129).
+#
+# Recipes (``defense.params.recipe``; any single parameter may still be set on top of one):
+#
+# - ``reference`` (default): the reference's recipe. 20 epochs, batch 128, SGD lr 0.1 with
+#   momentum 0.9 and weight decay 5e-4, StepLR(10 epochs, 0.1) (README.md:18;
+#   admis/defender/train.py:31; admis/utils/model.py:358-364, 412-414); ν = 10000
+#   (admis/utils/defense.py:51); τ = 0.99, the value its README documents (README.md:25-35; the
+#   argparse default of ``--defense_levels`` is 0, admis/benign_user/test.py:35-37); one OE batch
+#   of the same size per in-distribution batch (admis/utils/model.py:110-118).
+# - ``reference_cpu``: the reference with 5 epochs and the lr step after 2.5 (the step at the same
+#   fraction of training), for CPU grids; its effect is measured in the docs page.
+# - ``mebench_v1``: mebench's recipe before issue 42: in-distribution batches only, 2 epochs,
+#   lr 0.01 on a cosine schedule, ν = 1000, τ = 0.9 (the defense grids ran it with τ = 0.7).
+#
+# Deviations that remain (docs page, "Deviations from the reference that remain", with their measured
+# effect): the outlier source defaults to ``synthetic_blobs`` (``mebench.defenses.outliers``; a second
+# source, ``synthetic_strokes``, measures the sensitivity) because the reference's KMNIST is absent
+# here; OE labels are the *fixed* victim's top class, where the reference trains victim and
+# misinformation model together and labels OE images by the victim's current state
+# (admis/utils/model.py:117-133; the option ``oe_labels: joint`` approximates that from the victim's
+# per-epoch snapshots, ``mebench.victims.snapshots``, to measure the difference); and the detector is
+# the maximum softmax probability of whatever victim the cell names: the reference's victim is trained
+# with Outlier Exposure (λ = 1, admis/utils/model.py:121, 146; README.md:18), which mebench's ``*_oe``
+# victim recipes reproduce (``mebench.victims.outlier_exposure``), while its standard victims are plain.
 
 from __future__ import annotations
 

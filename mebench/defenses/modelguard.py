@@ -1,27 +1,28 @@
 """ModelGuard: Tang, Dai, DiValentin, Ding, Hass, Gong, Chen, Li, "ModelGuard: Information-Theoretic
-Defense Against Model Extraction Attacks", USENIX Security 2024; reference code Yoruko-Tang/ModelGuard @ 0eb60fc
-(paths below are inside that repository; docs/defenses/modelguard_w.md and modelguard_s.md).
+Defense Against Model Extraction Attacks", USENIX Security 2024; reference code Yoruko-Tang/ModelGuard
+@ 0eb60fc (paths below are inside that repository).
 
 Both variants keep every answer's top-1 label and stay within an L_p ball of radius ε around the
-victim's probabilities y; neither fits a model.
-
-- ``modelguard_w`` (the reference's ``MLD`` class, ``defenses/victim/mld.py``; README "ModelGuard-W"):
-  each answer is the solution of the linear program (``mld.py:46-115``)
-
-      min_{y'}  Σ_k log(y_k + 1e-6) · y'_k
-      s.t.      y' ≥ 0, Σ_k y'_k = 1, ||y' - y||_1 ≤ ε, y'_t - y'_k ≥ 1e-4 for k ≠ t = argmax y,
-
-  i.e. it moves up to ε/2 of probability mass onto the classes the victim finds least likely.
-  Solved with scipy's HiGHS where the reference calls PuLP's CBC; rows are independent (the
-  per-row ε constraint, ``batch_constraint=0`` in the README), so a batch is one sparse LP.
-- ``modelguard_s`` (the reference's ``incremental_kmeans`` quantizer, ``defenses/victim/quantize.py``;
-  README "ModelGuard-S": ``quantize=1``, ``ordered_quantization=1``, ``optim=0``, ``frozen=0``, no
-  pre-fit codebook): a stateful codebook per top-1 class. Each answer y of class t is replaced by the
-  first centroid of class t (in insertion order) within distance ε (``quantize.py:225-247``); when
-  none is, y itself joins the codebook and is answered (``:233-240``); the first answer of a class
-  starts its codebook (``:367-369``). The codebook lives as long as the defense instance: one run's
-  oracle (its utility is measured on a fresh, empty one, as the reference's ``eval.py`` starts one).
+victim's probabilities y; neither fits a model. ``modelguard_w`` solves a linear program per answer,
+``modelguard_s`` answers from a stateful codebook per top-1 class.
+See docs/defenses/modelguard_w.md and docs/defenses/modelguard_s.md.
 """
+# - ``modelguard_w`` (the reference's ``MLD`` class, ``defenses/victim/mld.py``; README "ModelGuard-W"):
+#   each answer is the solution of the linear program (``mld.py:46-115``)
+#
+#       min_{y'}  Σ_k log(y_k + 1e-6) · y'_k
+#       s.t.      y' ≥ 0, Σ_k y'_k = 1, ||y' - y||_1 ≤ ε, y'_t - y'_k ≥ 1e-4 for k ≠ t = argmax y,
+#
+#   i.e. it moves up to ε/2 of probability mass onto the classes the victim finds least likely.
+#   Solved with scipy's HiGHS where the reference calls PuLP's CBC; rows are independent (the
+#   per-row ε constraint, ``batch_constraint=0`` in the README), so a batch is one sparse LP.
+# - ``modelguard_s`` (the reference's ``incremental_kmeans`` quantizer, ``defenses/victim/quantize.py``;
+#   README "ModelGuard-S": ``quantize=1``, ``ordered_quantization=1``, ``optim=0``, ``frozen=0``, no
+#   pre-fit codebook): a stateful codebook per top-1 class. Each answer y of class t is replaced by the
+#   first centroid of class t (in insertion order) within distance ε (``quantize.py:225-247``); when
+#   none is, y itself joins the codebook and is answered (``:233-240``); the first answer of a class
+#   starts its codebook (``:367-369``). The codebook lives as long as the defense instance: one run's
+#   oracle (its utility is measured on a fresh, empty one, as the reference's ``eval.py`` starts one).
 
 from __future__ import annotations
 

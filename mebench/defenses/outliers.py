@@ -1,18 +1,22 @@
 """Outlier-exposure images for a defender's fit, and the rule that keeps them off the attacker's pool.
 
-Adaptive Misinformation's reference trains its misinformation model on outlier-exposure (OE)
-batches from KMNIST next to MNIST (sanjaykariyappa/adaptive_misinformation@c2a3e1b,
-``README.md:18``, ``-doe KMNIST``). mebench's data root holds MNIST and FashionMNIST only, and its
-defense grids use each as the other's attacker pool, so neither may be the outlier source: a
-defender that trained on the attacker's own pool would be told the answer. The default source is
-therefore synthetic: ``synthetic_blobs``, thresholded smoothed noise in the spirit of the "Blobs"
-anomalies of Hendrycks, Mazeika, Dietterich (ICLR 2019, Outlier Exposure), generated
-deterministically from a fixed seed at the victim's input shape; ``synthetic_strokes`` (pen strokes,
-nearer to handwritten characters) is a second source, to measure how much the choice matters, and
-the outlier set of the ``*_oe`` victim recipes (``mebench.victims.outlier_exposure``). A registered dataset with the
-victim's shape (KMNIST, the reference's choice, where the data root has it) may be named instead;
-``check_outlier_source`` refuses one that is the victim's dataset or the cell's attacker pool.
+The default source is synthetic (``synthetic_blobs``; ``synthetic_strokes`` a second), because the
+reference's KMNIST is absent from mebench's data root and MNIST and FashionMNIST are each other's
+attacker pool; ``check_outlier_source`` refuses a named dataset that is the victim's dataset or the
+cell's attacker pool. See docs/defenses/adaptive_misinformation.md.
 """
+# Adaptive Misinformation's reference trains its misinformation model on outlier-exposure (OE)
+# batches from KMNIST next to MNIST (sanjaykariyappa/adaptive_misinformation@c2a3e1b,
+# ``README.md:18``, ``-doe KMNIST``). mebench's data root holds MNIST and FashionMNIST only, and its
+# defense grids use each as the other's attacker pool, so neither may be the outlier source: a
+# defender that trained on the attacker's own pool would be told the answer. The default source is
+# therefore synthetic: ``synthetic_blobs``, thresholded smoothed noise in the spirit of the "Blobs"
+# anomalies of Hendrycks, Mazeika, Dietterich (ICLR 2019, Outlier Exposure), generated
+# deterministically from a fixed seed at the victim's input shape; ``synthetic_strokes`` (pen strokes,
+# nearer to handwritten characters) is a second source, to measure how much the choice matters, and
+# the outlier set of the ``*_oe`` victim recipes (``mebench.victims.outlier_exposure``). A registered dataset with the
+# victim's shape (KMNIST, the reference's choice, where the data root has it) may be named instead;
+# ``check_outlier_source`` refuses one that is the victim's dataset or the cell's attacker pool.
 
 from __future__ import annotations
 

@@ -1,21 +1,22 @@
 """Output-perturbation defenses: they change what an answer says, never how many queries it costs.
 
-- ``none``: the victim's answer unchanged.
-- ``temperature``: softmax at temperature T (the ``tempered`` oracle profile, §1.2); the
-  metrics compare with the tempered victim (``reference``).
-- ``top1``, ``topk``, ``rounding``: Tramèr, Zhang, Juels, Reiter, Ristenpart, "Stealing
-  Machine Learning Models via Prediction APIs", USENIX Security 2016, section 8
-  ("Extraction Countermeasures"): return only the class label, only the k largest
-  probabilities, or probabilities rounded to a number of decimals.
-- ``gaussian_noise``: Gaussian noise of standard deviation sigma added to the probabilities,
-  clipped at 0 and renormalised (a baseline perturbation; seeded from the run seed).
-- ``reverse_sigmoid``: Lee, Edraki, Qi, "Defending Against NN Model Stealing Attacks Using
-  Deceptive Perturbations", IEEE S&P Workshops 2019: y' = alpha (y - beta (s(gamma s^-1(y)) - 1/2)),
-  with s the sigmoid, s^-1 the logit, probabilities clipped to [1e-9, 1 - 1e-9] before the
-  logit and the result clipped at 0 and renormalised (alpha).
-
-Every transform returns rows that are probability vectors (non-negative, summing to 1).
+``none``, ``temperature``, ``top1``, ``topk``, ``rounding``, ``gaussian_noise`` and
+``reverse_sigmoid`` (papers and formulas below). Every transform returns rows that are probability
+vectors (non-negative, summing to 1). See docs/defenses/index.md and each defense's page there.
 """
+# - ``none``: the victim's answer unchanged.
+# - ``temperature``: softmax at temperature T (the ``tempered`` oracle profile, §1.2); the
+#   metrics compare with the tempered victim (``reference``).
+# - ``top1``, ``topk``, ``rounding``: Tramèr, Zhang, Juels, Reiter, Ristenpart, "Stealing
+#   Machine Learning Models via Prediction APIs", USENIX Security 2016, section 8
+#   ("Extraction Countermeasures"): return only the class label, only the k largest
+#   probabilities, or probabilities rounded to a number of decimals.
+# - ``gaussian_noise``: Gaussian noise of standard deviation sigma added to the probabilities,
+#   clipped at 0 and renormalised (a baseline perturbation; seeded from the run seed).
+# - ``reverse_sigmoid``: Lee, Edraki, Qi, "Defending Against NN Model Stealing Attacks Using
+#   Deceptive Perturbations", IEEE S&P Workshops 2019: y' = alpha (y - beta (s(gamma s^-1(y)) - 1/2)),
+#   with s the sigmoid, s^-1 the logit, probabilities clipped to [1e-9, 1 - 1e-9] before the
+#   logit and the result clipped at 0 and renormalised (alpha).
 
 from __future__ import annotations
 

@@ -1,45 +1,50 @@
 """PRADA: Juuti, Szyller, Marchal, Asokan, "PRADA: Protecting against DNN Model Stealing
 Attacks", IEEE EuroS&P 2019 (arXiv:1805.02628), section V-A and Algorithm 1.
 
-By default the rule is the authors' code: class ``GrowingDistanceAgent`` in
-SSGAalto/prada-protecting-against-dnn-model-stealing-attacks@aa54347, ``src/growing_set.py``
-(its server script, ``src/modes.py:28-31``, passes ``delta=`` to a constructor that takes
-``shapiro_threshold``, so the class is the reference, not the script). For each query x with
-predicted class c (top-1 of the answer the client receives):
-
-- if class c has no growing set yet, G_c = [x], T_c = 0 and D_Gc = [0] (``growing_set.py:48-52``;
-  ``growing_start="zero"``); no distance is recorded;
-- otherwise d = min_{y in G_c} ||x - y||_2 joins class c's list of distances (``:54-60``); if
-  d > T_c, x joins G_c, d joins D_Gc and T_c = max(T_c, mean(D_Gc) - std(D_Gc)) (``:62-68``,
-  ``growing_set_ops.py:20-21``; population std);
-- before the 1st, 11th, 21st ... query's answer (``queries_processed % 10 == 0``, ``:72``;
-  ``test_every=10``) the distances of the classes holding at least 10 of them are pooled
-  (``:73-76``; ``min_class_distances=10``), values 3 σ or more from the pool's mean are dropped
-  (``:43-44, 78``; ``outlier_sigma=3``), and if more than 100 remain (``:79``;
-  ``min_distances=100``) W = Shapiro–Wilk(pool) (``scipy.stats.shapiro``, as at ``:80``);
-- the client's flag is the latest test's, W < delta (``:82-86``; ``flag="latest"``).
-
-The older mebench rule differs in the four named options (``LEGACY``: ``growing_start="empty"``,
-``min_class_distances=1``, ``outlier_sigma=None``, ``test_every=1``, ``flag="first"``). Distances
-are on pixels in [0, 1] where the reference reads raw image files; W, T_c's rule and the 3 σ cut
-are all scale-invariant, so the scale changes nothing.
-
-The detector never changes an answer (``mebench.defenses.detection.Detector``). Its score for
-the low-FPR analysis at checkpoint B is 1 - min W over the tests run within the first B queries
-(the W values of the configured rule); ``flagged_at`` is the first query whose test raised the
-flag, and ``flag_at`` the flag the rule holds at each checkpoint (under ``flag="latest"`` a
-later test may lower it again).
-
-Implementation note: the rule is sequential (whether x joins G_c depends on the queries before
-it), so a batch is resolved query by query, but on precomputed distances, per class: the
-matrix-product form ranks the batch's pairs against G_c and among themselves, and the direct form
-(``cdist`` without a matrix product, so a repeated image is at distance 0 exactly, as in the
-reference) gives the distance of every pair that can be a minimum (:func:`_candidate_distances`).
-Lists grow in preallocated vectors, and the tests that fall inside a batch run after its distances
-(a test changes no distance). The decisions are the query-by-query implementation's bit for bit
-(every distance, T_c, G_c, W, flag; ``contract_tests/test_prada_fast.py``), and 1.35-1.60x faster on
-the detection benchmark's benign clients (docs/defenses/detection_benchmark.md).
+By default the rule is the authors' code, ``GrowingDistanceAgent`` of
+SSGAalto/prada-protecting-against-dnn-model-stealing-attacks@aa54347: per predicted class a growing
+set of queries and their minimum distances, whose Shapiro–Wilk W flags the client when below
+``delta``; ``LEGACY`` is the older mebench rule. The detector never changes an answer. The rule
+step by step, with ``file:line``, is below; its options and measurements: docs/defenses/prada.md.
 """
+# By default the rule is the authors' code: class ``GrowingDistanceAgent`` in
+# SSGAalto/prada-protecting-against-dnn-model-stealing-attacks@aa54347, ``src/growing_set.py``
+# (its server script, ``src/modes.py:28-31``, passes ``delta=`` to a constructor that takes
+# ``shapiro_threshold``, so the class is the reference, not the script). For each query x with
+# predicted class c (top-1 of the answer the client receives):
+#
+# - if class c has no growing set yet, G_c = [x], T_c = 0 and D_Gc = [0] (``growing_set.py:48-52``;
+#   ``growing_start="zero"``); no distance is recorded;
+# - otherwise d = min_{y in G_c} ||x - y||_2 joins class c's list of distances (``:54-60``); if
+#   d > T_c, x joins G_c, d joins D_Gc and T_c = max(T_c, mean(D_Gc) - std(D_Gc)) (``:62-68``,
+#   ``growing_set_ops.py:20-21``; population std);
+# - before the 1st, 11th, 21st ... query's answer (``queries_processed % 10 == 0``, ``:72``;
+#   ``test_every=10``) the distances of the classes holding at least 10 of them are pooled
+#   (``:73-76``; ``min_class_distances=10``), values 3 σ or more from the pool's mean are dropped
+#   (``:43-44, 78``; ``outlier_sigma=3``), and if more than 100 remain (``:79``;
+#   ``min_distances=100``) W = Shapiro–Wilk(pool) (``scipy.stats.shapiro``, as at ``:80``);
+# - the client's flag is the latest test's, W < delta (``:82-86``; ``flag="latest"``).
+#
+# The older mebench rule differs in the four named options (``LEGACY``: ``growing_start="empty"``,
+# ``min_class_distances=1``, ``outlier_sigma=None``, ``test_every=1``, ``flag="first"``). Distances
+# are on pixels in [0, 1] where the reference reads raw image files; W, T_c's rule and the 3 σ cut
+# are all scale-invariant, so the scale changes nothing.
+#
+# The detector never changes an answer (``mebench.defenses.detection.Detector``). Its score for
+# the low-FPR analysis at checkpoint B is 1 - min W over the tests run within the first B queries
+# (the W values of the configured rule); ``flagged_at`` is the first query whose test raised the
+# flag, and ``flag_at`` the flag the rule holds at each checkpoint (under ``flag="latest"`` a
+# later test may lower it again).
+#
+# Implementation note: the rule is sequential (whether x joins G_c depends on the queries before
+# it), so a batch is resolved query by query, but on precomputed distances, per class: the
+# matrix-product form ranks the batch's pairs against G_c and among themselves, and the direct form
+# (``cdist`` without a matrix product, so a repeated image is at distance 0 exactly, as in the
+# reference) gives the distance of every pair that can be a minimum (:func:`_candidate_distances`).
+# Lists grow in preallocated vectors, and the tests that fall inside a batch run after its distances
+# (a test changes no distance). The decisions are the query-by-query implementation's bit for bit
+# (every distance, T_c, G_c, W, flag; ``contract_tests/test_prada_fast.py``), and 1.35-1.60x faster on
+# the detection benchmark's benign clients (docs/defenses/detection_benchmark.md).
 
 from __future__ import annotations
 

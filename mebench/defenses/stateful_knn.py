@@ -1,33 +1,37 @@
 """Stateful k-nearest-neighbour detection: Chen, Carlini, Wagner, "Stateful Detection of Black-Box
 Adversarial Attacks", ACM AsiaCCS SPAI workshop 2020 (arXiv:1907.05587), section 4.
 
-The rule follows the authors' code, schoyc/blackbox-detection@5a3f801 ``detection.py``, class
-``Detector`` with the pixel encoder of ``L2Detector`` (``:123-125``, the flattened image). For each
-query x of a client:
-
-- while the client's history holds fewer than K queries, x joins it and nothing is scored
-  (``:47-50``);
-- otherwise d_K(x) = the mean of the K smallest L2 distances from x to the history (``:52-66``),
-  x joins the history (``:68-73``), and if d_K(x) < threshold the client is flagged and its history
-  is cleared (``:76-82``, ``clear_memory`` ``:84-86``).
-
-The threshold, when not given, is calibrated as ``calculate_thresholds`` does (``:96-121``): for
-calibration images drawn from the victim's training split (the defender's own data), the mean of
-their K smallest distances to the calibration set, the image itself included (``distance_mat[:, :K]``
-holds the 0 of the image to itself, ``:101-103, 113-114``), and the threshold is that mean's 0.1th
-percentile (``np.percentile(..., 0.1)``, ``:116``): about 1 in 1,000 training images would trip it.
-Deviation: the reference uses the whole training split both as the points and as their neighbours;
-mebench draws ``calibration_size`` images (seeded, the defender's seed) for both, which keeps the fit
-to seconds on a CPU; fewer neighbours make the distances and so the threshold larger (the flag is
-raised more readily, never less).
-
-Defaults: K = 50 and the pixel ("l2") encoder, as the reference's ``CIFAR10Detectors`` (``:140``);
-the similarity encoder of the paper (a network trained for it) is not used. The reference's
-``chunk_size`` (``:11``) only chunks its memory, and changes no distance.
-
-The score for the low-FPR analysis is −d_K (a closer neighbourhood is more attack-like); a stream's
-score at B is the highest over its first B queries (``mebench.defenses.detection``).
+The rule follows the authors' code, schoyc/blackbox-detection@5a3f801 ``detection.py``: a client is
+flagged when the mean distance of a query to its K nearest earlier queries falls below a threshold
+calibrated on the victim's training split. The rule with ``file:line`` and the deviation are below;
+see docs/defenses/stateful_knn.md.
 """
+# The rule follows the authors' code, schoyc/blackbox-detection@5a3f801 ``detection.py``, class
+# ``Detector`` with the pixel encoder of ``L2Detector`` (``:123-125``, the flattened image). For each
+# query x of a client:
+#
+# - while the client's history holds fewer than K queries, x joins it and nothing is scored
+#   (``:47-50``);
+# - otherwise d_K(x) = the mean of the K smallest L2 distances from x to the history (``:52-66``),
+#   x joins the history (``:68-73``), and if d_K(x) < threshold the client is flagged and its history
+#   is cleared (``:76-82``, ``clear_memory`` ``:84-86``).
+#
+# The threshold, when not given, is calibrated as ``calculate_thresholds`` does (``:96-121``): for
+# calibration images drawn from the victim's training split (the defender's own data), the mean of
+# their K smallest distances to the calibration set, the image itself included (``distance_mat[:, :K]``
+# holds the 0 of the image to itself, ``:101-103, 113-114``), and the threshold is that mean's 0.1th
+# percentile (``np.percentile(..., 0.1)``, ``:116``): about 1 in 1,000 training images would trip it.
+# Deviation: the reference uses the whole training split both as the points and as their neighbours;
+# mebench draws ``calibration_size`` images (seeded, the defender's seed) for both, which keeps the fit
+# to seconds on a CPU; fewer neighbours make the distances and so the threshold larger (the flag is
+# raised more readily, never less).
+#
+# Defaults: K = 50 and the pixel ("l2") encoder, as the reference's ``CIFAR10Detectors`` (``:140``);
+# the similarity encoder of the paper (a network trained for it) is not used. The reference's
+# ``chunk_size`` (``:11``) only chunks its memory, and changes no distance.
+#
+# The score for the low-FPR analysis is −d_K (a closer neighbourhood is more attack-like); a stream's
+# score at B is the highest over its first B queries (``mebench.defenses.detection``).
 
 from __future__ import annotations
 

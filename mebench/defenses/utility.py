@@ -5,7 +5,7 @@
   undefended victim's;
 - ``mean_abs_perturbation``: mean over images and classes of |defended − undefended probability|;
 - ``seconds_per_1000_answers`` and ``overhead_seconds_per_1000``: time of the defended answer
-  pipeline per 1,000 images, and its excess over the undefended one.
+  pipeline per 1,000 images, and its excess over the undefended one. See docs/defenses/index.md.
 """
 
 from __future__ import annotations

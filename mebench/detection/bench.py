@@ -1,26 +1,30 @@
 """The detection benchmark: detectors on thousands of benign clients and on attack streams, no Track A.
 
 A detector changes no answer, so what it sees of an attack is the attack's query stream alone:
-:func:`collect_stream` runs the attack against the undefended oracle (the attack's own loop, with
-any training it does inside it; no substitute is scored) and keeps every query with its answer.
-Each detector then watches, from a fresh instance:
-
-- every benign client of :mod:`mebench.detection.benign` (test splits only; answers precomputed once
-  per split), recording its score over the whole stream and the query it was flagged at;
-- every attack stream, recording the trace of its score (:meth:`Detector.raise_score`) so that the
-  query count at detection can be read at a threshold set afterwards on the benign scores;
-- **PRADA's evasion** (:func:`interleave`): the attacker sends natural images between its own
-  queries, a share ``share`` of a budget B. Every interleaved image is charged: the attack runs at
-  budget B − round(share·B), and its queries, in their order, fill the slots the natural images
-  leave (positions drawn from the seed). The natural images come from the attacker's surrogate
-  pool (a training split; for a data-free attack, the surrogate dataset's training split, handed to
-  it for the purpose). The attack never uses the natural images' answers, so collecting its
-  queries alone and interleaving afterwards gives the stream the detector would have seen.
-
-:func:`mebench.detection.rates.score_streams` turns the records into TPR at FPR ≤ 1 % and ≤ 0.1 % with bootstrap intervals
-(:mod:`mebench.detection.rates`) and the query count at detection; ``mebench report`` draws the
-tables and the ROC curves (:mod:`mebench.report.detection_bench`).
+:func:`collect_stream` runs the attack against the undefended oracle and keeps every query with its
+answer; each detector then watches the benign clients, every attack stream and PRADA's evasion
+(:func:`interleave`) from a fresh instance. See docs/defenses/detection_benchmark.md.
 """
+# A detector changes no answer, so what it sees of an attack is the attack's query stream alone:
+# :func:`collect_stream` runs the attack against the undefended oracle (the attack's own loop, with
+# any training it does inside it; no substitute is scored) and keeps every query with its answer.
+# Each detector then watches, from a fresh instance:
+#
+# - every benign client of :mod:`mebench.detection.benign` (test splits only; answers precomputed once
+#   per split), recording its score over the whole stream and the query it was flagged at;
+# - every attack stream, recording the trace of its score (:meth:`Detector.raise_score`) so that the
+#   query count at detection can be read at a threshold set afterwards on the benign scores;
+# - **PRADA's evasion** (:func:`interleave`): the attacker sends natural images between its own
+#   queries, a share ``share`` of a budget B. Every interleaved image is charged: the attack runs at
+#   budget B − round(share·B), and its queries, in their order, fill the slots the natural images
+#   leave (positions drawn from the seed). The natural images come from the attacker's surrogate
+#   pool (a training split; for a data-free attack, the surrogate dataset's training split, handed to
+#   it for the purpose). The attack never uses the natural images' answers, so collecting its
+#   queries alone and interleaving afterwards gives the stream the detector would have seen.
+#
+# :func:`mebench.detection.rates.score_streams` turns the records into TPR at FPR ≤ 1 % and ≤ 0.1 % with bootstrap intervals
+# (:mod:`mebench.detection.rates`) and the query count at detection; ``mebench report`` draws the
+# tables and the ROC curves (:mod:`mebench.report.detection_bench`).
 
 from __future__ import annotations
 

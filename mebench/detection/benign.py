@@ -2,23 +2,27 @@
 
 A detector's false-positive rate at 0.1 % needs thousands of benign clients: with n benign streams
 the smallest rate that can be told apart from zero is 1/n. :func:`traffic` draws ``streams``
-clients, each from its own seed (``derive_seed(seed, "benign_traffic:<k>")``), so stream k is the
-same whatever the number of streams drawn around it:
-
-- a length, uniform in [``min_length``, ``max_length``];
-- a kind of user: ``in`` (the victim's own test split only), ``ood`` (one other dataset's test
-  split only, picked uniformly among ``sources[1:]``) or ``mixed`` (each query from the victim's
-  test split with a probability drawn uniformly in [0.2, 0.8], else from one other dataset's),
-  with shares ``in_share``, ``ood_share`` and the rest;
-- which images, in which order: a seeded permutation of each source's split (no image repeats
-  within a stream until the whole split has been sent).
-
-Benign clients send **test splits only**: the victim's and other datasets' (``sources``; on a data
-root holding more datasets of the victim's shape, e.g. KMNIST, each is a source). An attack's
-queries come from its pool (a training split or images it made), and Track B's contract keeps
-attacks off the test split, so no benign stream holds an attacker's query; :func:`overlap`
-checks this on the images themselves (byte-equal rows), and the detection benchmark records it.
+clients, each from its own seed, from **test splits only**, so no benign stream holds an attacker's
+query (:func:`overlap` checks it). See docs/defenses/detection_benchmark.md.
 """
+# A detector's false-positive rate at 0.1 % needs thousands of benign clients: with n benign streams
+# the smallest rate that can be told apart from zero is 1/n. :func:`traffic` draws ``streams``
+# clients, each from its own seed (``derive_seed(seed, "benign_traffic:<k>")``), so stream k is the
+# same whatever the number of streams drawn around it:
+#
+# - a length, uniform in [``min_length``, ``max_length``];
+# - a kind of user: ``in`` (the victim's own test split only), ``ood`` (one other dataset's test
+#   split only, picked uniformly among ``sources[1:]``) or ``mixed`` (each query from the victim's
+#   test split with a probability drawn uniformly in [0.2, 0.8], else from one other dataset's),
+#   with shares ``in_share``, ``ood_share`` and the rest;
+# - which images, in which order: a seeded permutation of each source's split (no image repeats
+#   within a stream until the whole split has been sent).
+#
+# Benign clients send **test splits only**: the victim's and other datasets' (``sources``; on a data
+# root holding more datasets of the victim's shape, e.g. KMNIST, each is a source). An attack's
+# queries come from its pool (a training split or images it made), and Track B's contract keeps
+# attacks off the test split, so no benign stream holds an attacker's query; :func:`overlap`
+# checks this on the images themselves (byte-equal rows), and the detection benchmark records it.
 
 from __future__ import annotations
 

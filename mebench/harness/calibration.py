@@ -1,24 +1,29 @@
 """Measured step times of this machine, for the cost estimate (``mebench.harness.cost``).
 
-A fixed table of step times was wrong by an order of magnitude as soon as the box had other
-work, more threads or another CPU. So the estimate asks this module for three numbers per
-architecture, measured here, at the torch thread count the cells will use:
-
-- ``train_step_s``: one SGD step (forward, backward, update) at batch 128 in train mode (Track A's step;
-  an attack's own training step; a PGD step costs about ``train_step_s / 128`` an image);
-- ``forward_image_s``: one image through the model in eval mode without gradients, at batch 256
-  (victim queries, evaluation on the test split, detection streams);
-- for ``arch = "generator"``, a DFME/MAZE generator (``nz`` 256, width 64) forward and backward, per image.
-
-A probe runs a few warm-up steps, then times up to ``TRAIN_STEPS`` steps or ``PROBE_SECONDS`` seconds,
-whichever comes first (a WRN-22-2 step on one CPU thread takes seconds). The result is cached on disk
-(``mebench.support.cachedir``, kind ``calibration``) under a key of the probe version, architecture, input
-shape, class count, thread count, device, torch version and CPU model, so each machine measures once.
-The measurement includes whatever load the machine had then; the entry records that 1-minute load
-average, and ``load_factor`` rescales the times to the load at estimate time (a CPU shared by L
-runnable processes on c cores gives each about c / max(c, L) of itself). Delete the cache folder to
-measure again. Numbers here size estimates, never results.
+A fixed table of step times was wrong by an order of magnitude as soon as the box had other work,
+more threads or another CPU, so the estimate asks this module for step times per architecture,
+measured here at the cells' thread count and cached on disk, so each machine measures once (what is
+measured, the cache key and the load correction are below). Numbers here size estimates, never
+results. See docs/guide/grid.md.
 """
+# A fixed table of step times was wrong by an order of magnitude as soon as the box had other
+# work, more threads or another CPU. So the estimate asks this module for three numbers per
+# architecture, measured here, at the torch thread count the cells will use:
+#
+# - ``train_step_s``: one SGD step (forward, backward, update) at batch 128 in train mode (Track A's step;
+#   an attack's own training step; a PGD step costs about ``train_step_s / 128`` an image);
+# - ``forward_image_s``: one image through the model in eval mode without gradients, at batch 256
+#   (victim queries, evaluation on the test split, detection streams);
+# - for ``arch = "generator"``, a DFME/MAZE generator (``nz`` 256, width 64) forward and backward, per image.
+#
+# A probe runs a few warm-up steps, then times up to ``TRAIN_STEPS`` steps or ``PROBE_SECONDS`` seconds,
+# whichever comes first (a WRN-22-2 step on one CPU thread takes seconds). The result is cached on disk
+# (``mebench.support.cachedir``, kind ``calibration``) under a key of the probe version, architecture, input
+# shape, class count, thread count, device, torch version and CPU model, so each machine measures once.
+# The measurement includes whatever load the machine had then; the entry records that 1-minute load
+# average, and ``load_factor`` rescales the times to the load at estimate time (a CPU shared by L
+# runnable processes on c cores gives each about c / max(c, L) of itself). Delete the cache folder to
+# measure again. Numbers here size estimates, never results.
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@
 the D_B rule (§7) after the run; :class:`CellRecorder` turns the run into a
 JSON record, writes it to ``<cells dir>/<cell id>/result.json`` (atomically)
 and attaches it to the test report, which carries it to the xdist controller.
+See docs/guide/grid.md.
 """
 
 from __future__ import annotations

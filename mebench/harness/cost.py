@@ -1,37 +1,41 @@
 """The wall time a selection of cells will take on this machine, phase by phase.
 
 Every phase that costs time is a named term, in seconds of one cell at the thread count the cells
-will use, from step times measured on this machine (``mebench.harness.calibration``; ``T(arch)`` below is
-the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
-
-- ``queries``: ``max_budget * F(victim)``, plus the defense's own work per answer in victim forwards, as
-  the defense declares it (``Defense.cost``: ``answer_forwards``);
-- ``attack``: the attack's own work (``Attack.training_cost``): its training examples ``* T(model) / 128``,
-  its forward-only examples ``* F(model)``, its generator examples ``* T(generator) / 128`` and DFMS's
-  GAN examples; ``model`` is the substitute's architecture or the attack's own (MAZE's WRN-22-2 clone);
-- ``track_a``: ``sum_B S(B) * T(substitute)`` plus one pass over the test split per checkpoint;
-- ``track_b``: one pass over the test split per checkpoint for attacks that have Track B;
-- ``transfer``: per scored model (each checkpoint and track, the victim, each reference member and
-  each init-variance model) and per ε of the curve, ``measure.transfer.images`` images through FGSM
-  (1 input-gradient step) and PGD (``pgd_steps``), a step ``T(substitute) / 128`` an image, and the
-  victim's forward on each method's images;
-- ``transfer_reference``: each member of the independent reference ensemble, ``S(train_size) *
-  T(substitute)``, trained once per spec (counted once per worker in a grid); ``reference_cached=True``
-  drops the term when the members come from the disk cache (``mebench.probes.transferability.refcache``);
-- ``init_variance`` (counted in ``track_a``): ``inits`` more Track A trainings at the largest B;
-- ``defense_fit``: the defender's own model fit, ``fit_steps * T(victim)`` as the defense declares it
-  (``Defense.cost``), once per process and parameters;
-- ``defense_utility``: the test split through the defended victim;
-- ``detection``: ``benign_streams`` benign streams of ``max_budget`` images per source through the
-  defended victim and the detector (its declared ``answer_forwards``);
-- ``prepare``: loading data and the victim's test answers (``OVERHEAD_S`` plus the test split
-  through the victim).
-
-Measured times are rescaled from the load average they were measured at to the load now
-(``calibration.load_factor``). A cell's seconds are summed over phases; the selection's wall time on ``workers`` processes is
-``max(sum / workers, longest cell) * max(1, workers * threads / cpus)``. Sizes a warning and the
-large-run guard only, never a result.
+will use, from step times measured on this machine (``mebench.harness.calibration``); the terms
+are listed below. A cell's seconds are summed over phases and spread over the workers. Sizes a
+warning and the large-run guard only, never a result. See docs/guide/grid.md.
 """
+# Every phase that costs time is a named term, in seconds of one cell at the thread count the cells
+# will use, from step times measured on this machine (``mebench.harness.calibration``; ``T(arch)`` below is
+# the measured SGD step at batch 128, ``F(arch)`` one image forward at batch 256):
+#
+# - ``queries``: ``max_budget * F(victim)``, plus the defense's own work per answer in victim forwards, as
+#   the defense declares it (``Defense.cost``: ``answer_forwards``);
+# - ``attack``: the attack's own work (``Attack.training_cost``): its training examples ``* T(model) / 128``,
+#   its forward-only examples ``* F(model)``, its generator examples ``* T(generator) / 128`` and DFMS's
+#   GAN examples; ``model`` is the substitute's architecture or the attack's own (MAZE's WRN-22-2 clone);
+# - ``track_a``: ``sum_B S(B) * T(substitute)`` plus one pass over the test split per checkpoint;
+# - ``track_b``: one pass over the test split per checkpoint for attacks that have Track B;
+# - ``transfer``: per scored model (each checkpoint and track, the victim, each reference member and
+#   each init-variance model) and per ε of the curve, ``measure.transfer.images`` images through FGSM
+#   (1 input-gradient step) and PGD (``pgd_steps``), a step ``T(substitute) / 128`` an image, and the
+#   victim's forward on each method's images;
+# - ``transfer_reference``: each member of the independent reference ensemble, ``S(train_size) *
+#   T(substitute)``, trained once per spec (counted once per worker in a grid); ``reference_cached=True``
+#   drops the term when the members come from the disk cache (``mebench.probes.transferability.refcache``);
+# - ``init_variance`` (counted in ``track_a``): ``inits`` more Track A trainings at the largest B;
+# - ``defense_fit``: the defender's own model fit, ``fit_steps * T(victim)`` as the defense declares it
+#   (``Defense.cost``), once per process and parameters;
+# - ``defense_utility``: the test split through the defended victim;
+# - ``detection``: ``benign_streams`` benign streams of ``max_budget`` images per source through the
+#   defended victim and the detector (its declared ``answer_forwards``);
+# - ``prepare``: loading data and the victim's test answers (``OVERHEAD_S`` plus the test split
+#   through the victim).
+#
+# Measured times are rescaled from the load average they were measured at to the load now
+# (``calibration.load_factor``). A cell's seconds are summed over phases; the selection's wall time on ``workers`` processes is
+# ``max(sum / workers, longest cell) * max(1, workers * threads / cpus)``. Sizes a warning and the
+# large-run guard only, never a result.
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,29 +1,34 @@
 """The benchmark grid's fixtures, its cell generation and its per-cell contract checks.
 
 A benchmarks folder uses them with one import in its ``conftest.py``
-(``from mebench.harness.fixtures import *``), so the fixtures exist only where the grid
-runs, not in every project that has mebench installed. Each fixture hands the
-engine one object it would otherwise build itself
-(``engine.run_seed(..., oracle=, store=, trainer=)``):
-
-- ``device``: this process's device (``--gpus``: xdist worker gwN -> GPU N mod count);
-- ``victim``: ``engine.prepare`` (frozen victim, answer pipeline, test split, pool
-  source), built once per process for each victim key;
-- ``oracle``: a fresh oracle with the cell's full budget;
-- ``query_cache``: the query store in ``<cells dir>/<cell id>/.query_cache``,
-  deleted after the cell whatever happens (by the controller at the end of the run should the
-  worker be killed outright), audited for the D_B prefix rule;
-- ``track_a_trainer``: the Track A trainer every attack shares;
-- ``cell_record``: the cell's record (``result.json``, the report channel, progress lines).
-
-Its ``pytest_configure`` makes SIGTERM end the run as Ctrl-C does, in the xdist controller (which
-loads the benchmarks folder's ``conftest.py`` at start-up) and in every worker: each running cell
-then removes its query cache, and the controller tears its workers down instead of leaving them
-running. The default action is put back at ``pytest_unconfigure`` (the handler is installed only
-over the default one).
-
-:func:`contract_problems` lists every contract violation visible in a finished cell.
+(``from mebench.harness.fixtures import *``), so the fixtures exist only where the grid runs, not
+in every project that has mebench installed. Each fixture hands the engine one object it would
+otherwise build itself; :func:`contract_problems` lists every contract violation visible in a
+finished cell. See docs/guide/grid.md.
 """
+# A benchmarks folder uses them with one import in its ``conftest.py``
+# (``from mebench.harness.fixtures import *``), so the fixtures exist only where the grid
+# runs, not in every project that has mebench installed. Each fixture hands the
+# engine one object it would otherwise build itself
+# (``engine.run_seed(..., oracle=, store=, trainer=)``):
+#
+# - ``device``: this process's device (``--gpus``: xdist worker gwN -> GPU N mod count);
+# - ``victim``: ``engine.prepare`` (frozen victim, answer pipeline, test split, pool
+#   source), built once per process for each victim key;
+# - ``oracle``: a fresh oracle with the cell's full budget;
+# - ``query_cache``: the query store in ``<cells dir>/<cell id>/.query_cache``,
+#   deleted after the cell whatever happens (by the controller at the end of the run should the
+#   worker be killed outright), audited for the D_B prefix rule;
+# - ``track_a_trainer``: the Track A trainer every attack shares;
+# - ``cell_record``: the cell's record (``result.json``, the report channel, progress lines).
+#
+# Its ``pytest_configure`` makes SIGTERM end the run as Ctrl-C does, in the xdist controller (which
+# loads the benchmarks folder's ``conftest.py`` at start-up) and in every worker: each running cell
+# then removes its query cache, and the controller tears its workers down instead of leaving them
+# running. The default action is put back at ``pytest_unconfigure`` (the handler is installed only
+# over the default one).
+#
+# :func:`contract_problems` lists every contract violation visible in a finished cell.
 
 from __future__ import annotations
 

@@ -1,21 +1,26 @@
 """Benchmark configs -> grid of cells (one test per cell).
 
-A *benchmark config* (``configs/benchmarks/*.yaml``) declares one victim dataset,
-one or more victims (``victims``: e.g. one per architecture, so that cells where
-the substitute's architecture differs from the victim's are in the grid), one
-substitute, budgets, seeds, dataset settings per data mode and the attacks
-(optionally several labelled variants of one attack, e.g. ActiveThief
-strategies). :func:`load_grid` expands it into :class:`Cell` objects, one per
-victim × attack variant × data mode × output mode × seed, each holding a
-validated ``RunConfig`` (contract §15.2) for a single seed.
-
-What is *not* generated, and why, is data, never a special case: a data mode
-outside the attack's ``data_modes`` (contract §6.1), an output mode outside its
-``output_modes``, or a data mode without settings. Checkpoints larger than the
-attacker's pool can supply without repeating an image are dropped per cell
-(§3.2: a surrogate set holds a fixed number of images). Each omission becomes
-a note that pytest prints after collection.
+:func:`load_grid` expands a *benchmark config* (``configs/benchmarks/*.yaml``) into :class:`Cell`
+objects, one per victim × attack variant × data mode × output mode × seed, each holding a validated
+``RunConfig`` (contract §15.2) for a single seed. What is not generated, and why, is data, never a
+special case (contract §6.1, §3.2); each omission becomes a note that pytest prints after
+collection. See docs/guide/grid.md.
 """
+# A *benchmark config* (``configs/benchmarks/*.yaml``) declares one victim dataset,
+# one or more victims (``victims``: e.g. one per architecture, so that cells where
+# the substitute's architecture differs from the victim's are in the grid), one
+# substitute, budgets, seeds, dataset settings per data mode and the attacks
+# (optionally several labelled variants of one attack, e.g. ActiveThief
+# strategies). :func:`load_grid` expands it into :class:`Cell` objects, one per
+# victim × attack variant × data mode × output mode × seed, each holding a
+# validated ``RunConfig`` (contract §15.2) for a single seed.
+#
+# What is *not* generated, and why, is data, never a special case: a data mode
+# outside the attack's ``data_modes`` (contract §6.1), an output mode outside its
+# ``output_modes``, or a data mode without settings. Checkpoints larger than the
+# attacker's pool can supply without repeating an image are dropped per cell
+# (§3.2: a surrogate set holds a fixed number of images). Each omission becomes
+# a note that pytest prints after collection.
 
 from __future__ import annotations
 

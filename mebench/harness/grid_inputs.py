@@ -4,7 +4,7 @@ Without these checks a grid with no data root, or whose data root lacks a datase
 fine and then failed in every cell with the same traceback at run time (issue 43). ``load_grid``
 calls ``check_inputs`` (the data root, and the victim file of a grid left with no cell); the
 plugin calls ``check_datasets`` on the cells ``-k``/``-m`` selected, so a selection that needs
-only the datasets at hand still runs.
+only the datasets at hand still runs. See docs/guide/grid.md.
 """
 
 from __future__ import annotations

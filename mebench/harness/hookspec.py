@@ -3,7 +3,7 @@
 Implement them in a ``conftest.py`` or a plugin to add fields to what the
 harness records. Both hooks receive plain JSON-compatible containers (dicts,
 lists, strings, numbers, ``None``): keep them that way, the records travel
-between xdist workers and the controller and end up in ``report.json``.
+between xdist workers and the controller and end up in ``report.json``. See docs/guide/grid.md.
 """
 
 from __future__ import annotations

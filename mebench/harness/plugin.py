@@ -5,7 +5,7 @@ Hooks stay short and hand off to :class:`mebench.harness.session.BenchSession`, 
 ``pytest_mebench_*`` hooks (``mebench.harness.hookspec``), the result merge and the JSON
 report; it changes nothing for test suites that do not run the grid. The grid's
 fixtures and cell generation are in ``mebench.harness``, which a benchmarks
-folder imports in its ``conftest.py``.
+folder imports in its ``conftest.py``. See docs/guide/grid.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,45 @@
 """Grid cells as Ray tasks: ``pytest benchmarks/ --ray auto`` (the ``[ray]`` extra: ``pip install -e ".[ray]"``).
 
-pytest stays the interface. Collection, ``-k``, markers, ``--budgets``,
-``--resume`` and the JSON report work as without Ray; only the run loop changes
-(``pytest_runtestloop``, the way pytest-xdist takes it over). Every selected
-cell that is not skipped becomes one Ray task; tests that are not grid cells and
-cells that ``--resume`` skips run in the controller as usual.
-
-A task runs its cell exactly as a serial run does: it starts
-``python -m pytest <the cell's node id>`` with the controller's grid options
-(configs, budgets, seeds, ``-m``, ``--mebench-threads``) in the project folder
-on the worker, so the same fixtures, engine and contract checks produce the
-cell, and the same thread count gives the same ``metrics.csv``. The child writes
-into a scratch folder of the task (``MEBENCH_RAY_SCRATCH``, default the system's
-temporary folder); the task returns the cell's files (``result.json``,
-``metrics.csv``, ``summary.json``, the final substitute...) through Ray and
-deletes the scratch folder. The controller writes them into its own cells
-folder (atomically), so ``--resume`` works whether or not workers share a file
-system, and reports the cell through pytest's normal hooks as soon as it ends.
-
-What a worker needs: mebench installed, the project folder (benchmarks/,
-configs/) at the controller's path or as its working directory, and the data
-root (its own ``MEBENCH_DATA_ROOT``, else the controller's path). Victim
-checkpoints under the project folder (up to :data:`SHIP_LIMIT` bytes) travel
-through Ray's object store and are written on a worker that lacks them.
-
-The cell's child runs at niceness ``--ray-nice`` (default 0, normal priority; Ray starts its
-workers at 15, which on a shared machine leaves cells little CPU); where the worker may not raise
-its priority (no ``CAP_SYS_NICE``) the child keeps the worker's and the controller says so once.
-
-A task runs with ``num_cpus`` = ``--mebench-threads`` (1 without it) and, under
-``--gpus``, ``num_gpus=1``: Ray's ``CUDA_VISIBLE_DEVICES`` then hands the cell
-its GPU. Tasks are not retried: a worker that dies (node lost, process killed)
-fails its cell with a message saying so, the child pytest is interrupted
-(``PR_SET_PDEATHSIG``) and removes the cell's query cache and its scratch
-folder, and ``--resume`` reruns only the missing cells.
+pytest stays the interface: collection, ``-k``, markers, ``--budgets``, ``--resume`` and the JSON
+report work as without Ray; only the run loop changes (``pytest_runtestloop``). Every selected cell
+that is not skipped becomes one Ray task, which runs the cell exactly as a serial run does (a child
+``python -m pytest <node id>``) and returns its files; tasks are not retried. What a worker needs,
+priorities and failures are below. See docs/guide/ray.md.
 """
+# pytest stays the interface. Collection, ``-k``, markers, ``--budgets``,
+# ``--resume`` and the JSON report work as without Ray; only the run loop changes
+# (``pytest_runtestloop``, the way pytest-xdist takes it over). Every selected
+# cell that is not skipped becomes one Ray task; tests that are not grid cells and
+# cells that ``--resume`` skips run in the controller as usual.
+#
+# A task runs its cell exactly as a serial run does: it starts
+# ``python -m pytest <the cell's node id>`` with the controller's grid options
+# (configs, budgets, seeds, ``-m``, ``--mebench-threads``) in the project folder
+# on the worker, so the same fixtures, engine and contract checks produce the
+# cell, and the same thread count gives the same ``metrics.csv``. The child writes
+# into a scratch folder of the task (``MEBENCH_RAY_SCRATCH``, default the system's
+# temporary folder); the task returns the cell's files (``result.json``,
+# ``metrics.csv``, ``summary.json``, the final substitute...) through Ray and
+# deletes the scratch folder. The controller writes them into its own cells
+# folder (atomically), so ``--resume`` works whether or not workers share a file
+# system, and reports the cell through pytest's normal hooks as soon as it ends.
+#
+# What a worker needs: mebench installed, the project folder (benchmarks/,
+# configs/) at the controller's path or as its working directory, and the data
+# root (its own ``MEBENCH_DATA_ROOT``, else the controller's path). Victim
+# checkpoints under the project folder (up to :data:`SHIP_LIMIT` bytes) travel
+# through Ray's object store and are written on a worker that lacks them.
+#
+# The cell's child runs at niceness ``--ray-nice`` (default 0, normal priority; Ray starts its
+# workers at 15, which on a shared machine leaves cells little CPU); where the worker may not raise
+# its priority (no ``CAP_SYS_NICE``) the child keeps the worker's and the controller says so once.
+#
+# A task runs with ``num_cpus`` = ``--mebench-threads`` (1 without it) and, under
+# ``--gpus``, ``num_gpus=1``: Ray's ``CUDA_VISIBLE_DEVICES`` then hands the cell
+# its GPU. Tasks are not retried: a worker that dies (node lost, process killed)
+# fails its cell with a message saying so, the child pytest is interrupted
+# (``PR_SET_PDEATHSIG``) and removes the cell's query cache and its scratch
+# folder, and ``--resume`` reruns only the missing cells.
 
 from __future__ import annotations
 

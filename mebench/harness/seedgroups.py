@@ -1,18 +1,20 @@
 """Seeds together in the grid (``--seeds-together``; docs/guide/grid.md).
 
-In the grid each seed is its own cell, so Track A of the seeds of one condition (same benchmark,
-victim, attack variant, data and output mode) would be trained one model at a time. With
-``--seeds-together on`` (or ``auto`` where ``mebench.training.spec.SEEDS_TOGETHER_DEFAULT`` says
-the device gains) the first cell of a condition to run in a process runs every selected seed cell
-of that condition in lockstep (``mebench.run.together.run_together``: one stacked Track A per
-checkpoint, each seed's own queries, oracle, query store and folder); the other cells of the group
-then find their run done and only check and record it. Each seed keeps its own cell, record and
-rows. Under ``-n`` the plugin marks the cells of a condition with one ``xdist_group`` and switches
-pytest-xdist to ``--dist loadgroup``, so a group never spans two workers.
-
-A group fails together: when one seed raises, the others stop at their next hand-over; the seed
-that raised reports its own error, the others ``Aborted`` naming it.
+With ``--seeds-together on`` (or ``auto``) the first cell of a condition to run in a process runs
+every selected seed cell of that condition in lockstep (``mebench.run.together.run_together``); the
+other cells then find their run done and only check and record it. Under ``-n`` a group never spans
+two workers. A group fails together: when one seed raises, the others stop at their next hand-over;
+the seed that raised reports its own error, the others ``Aborted`` naming it.
 """
+# In the grid each seed is its own cell, so Track A of the seeds of one condition (same benchmark,
+# victim, attack variant, data and output mode) would be trained one model at a time. With
+# ``--seeds-together on`` (or ``auto`` where ``mebench.training.spec.SEEDS_TOGETHER_DEFAULT`` says
+# the device gains) the first cell of a condition to run in a process runs every selected seed cell
+# of that condition in lockstep (``mebench.run.together.run_together``: one stacked Track A per
+# checkpoint, each seed's own queries, oracle, query store and folder); the other cells of the group
+# then find their run done and only check and record it. Each seed keeps its own cell, record and
+# rows. Under ``-n`` the plugin marks the cells of a condition with one ``xdist_group`` and switches
+# pytest-xdist to ``--dist loadgroup``, so a group never spans two workers.
 
 from __future__ import annotations
 

@@ -1,17 +1,22 @@
 """The benchmark session behind mebench's pytest plugin.
 
-The grid comes from ``mebench.harness.grid`` (benchmark config -> cells); each cell is
-one test in ``benchmarks/test_cells.py`` that runs ``engine.run_seed`` once and
-records itself through ``mebench.harness.cells``.
-
-:class:`BenchSession` (one per pytest run, kept in ``config.stash``) holds the
-parsed options, the grid, the per-process victim cache and, on the controller,
-the cell records. A cell's record travels from wherever it ran (xdist worker
-or main process) to the controller inside the test report's
-``user_properties``, so the merge is the same with and without ``-n``; it is
-also written to ``<cells dir>/<cell id>/result.json``, which ``--resume`` reads.
-At session end the controller writes one JSON report and the seed aggregate.
+:class:`BenchSession` (one per pytest run, kept in ``config.stash``) holds the parsed options, the
+grid (``mebench.harness.grid``), the per-process victim cache and, on the controller, the cell
+records, which travel in the test reports' ``user_properties`` (the same merge with and without
+``-n``). At session end the controller writes one JSON report and the seed aggregate.
+See docs/guide/grid.md.
 """
+# The grid comes from ``mebench.harness.grid`` (benchmark config -> cells); each cell is
+# one test in ``benchmarks/test_cells.py`` that runs ``engine.run_seed`` once and
+# records itself through ``mebench.harness.cells``.
+#
+# :class:`BenchSession` (one per pytest run, kept in ``config.stash``) holds the
+# parsed options, the grid, the per-process victim cache and, on the controller,
+# the cell records. A cell's record travels from wherever it ran (xdist worker
+# or main process) to the controller inside the test report's
+# ``user_properties``, so the merge is the same with and without ``-n``; it is
+# also written to ``<cells dir>/<cell id>/result.json``, which ``--resume`` reads.
+# At session end the controller writes one JSON report and the seed aggregate.
 
 from __future__ import annotations
 

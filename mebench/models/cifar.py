@@ -5,7 +5,7 @@ ResNet-18 gets a 3x3 stride-1 stem without max-pooling for inputs under 64
 pixels (the ImageNet stem is kept for 224x224, e.g. Sewer-ML); MobileNetV2's
 first convolution has stride 1 for small inputs; VGG uses the CIFAR variant
 (batch-norm conv stack, global pooling, one linear layer). Input channels and
-class count come from the dataset profile.
+class count come from the dataset profile. See docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,20 @@
 """Image generators for data-free attacks (DFME, Truong et al., CVPR 2021).
 
-``Generator`` is the DFME reference generator (``dfme/network/gan.py:13-65``,
-"GeneratorA" of DFAD): a linear projection of the noise to a small map, blocks of
-nearest 2x upsampling, 3x3 convolution, batch norm and LeakyReLU(0.2), a 3x3
-convolution to the image channels and a non-affine batch norm. It returns the
-*pre-activation* map ``a``; ``to_pixels`` maps ``a`` to pixel space ``[0, 1]``.
-
-- 1x28x28 (MNIST) and 3x32x32 (CIFAR-10): 2 upsamplings from ``H/4``, channels
-  ``2*ngf -> 2*ngf -> ngf``, the reference layout.
-- 3x224x224 (Sewer-ML, ours): 5 upsamplings from 7x7, channels halving from
-  ``8*ngf`` (a 2-upsampling generator would need a 128x56x56 projection).
-
-Generators are attack-internal, so nothing here is registered as a model.
+``Generator`` is the DFME reference generator (``dfme/network/gan.py:13-65``, "GeneratorA" of DFAD);
+it returns the *pre-activation* map ``a``, and ``to_pixels`` maps ``a`` to pixel space ``[0, 1]``.
+Its layers and the layout per input shape are below. Generators are attack-internal, so nothing
+here is registered as a model. See docs/attacks/dfme.md.
 """
+# ``Generator`` is the DFME reference generator (``dfme/network/gan.py:13-65``,
+# "GeneratorA" of DFAD): a linear projection of the noise to a small map, blocks of
+# nearest 2x upsampling, 3x3 convolution, batch norm and LeakyReLU(0.2), a 3x3
+# convolution to the image channels and a non-affine batch norm. It returns the
+# *pre-activation* map ``a``; ``to_pixels`` maps ``a`` to pixel space ``[0, 1]``.
+#
+# - 1x28x28 (MNIST) and 3x32x32 (CIFAR-10): 2 upsamplings from ``H/4``, channels
+#   ``2*ngf -> 2*ngf -> ngf``, the reference layout.
+# - 3x224x224 (Sewer-ML, ours): 5 upsamplings from 7x7, channels halving from
+#   ``8*ngf`` (a 2-upsampling generator would need a 128x56x56 projection).
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every model built through ``build_model`` takes pixel-space input in ``[0, 1]``
 and applies the victim profile's normalization itself (contract §5: the
 substitute's preprocessing matches the victim), so attacks, the oracle and the
-trainers all speak one input convention.
+trainers all speak one input convention. See docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The CIFAR ResNet layout of He et al. (CVPR 2016, section 4.2) with n = 1: a 3x3
 stem with 16 channels, three stages of one basic block each (16, 32, 64
 channels; the second and third halve the resolution), global average pooling
 and one linear layer. It serves as a victim whose architecture differs from
-the LeNet-5 substitute (cross-architecture cells).
+the LeNet-5 substitute (cross-architecture cells). See docs/guide/victims.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,31 @@
 """WRN-22-2: the wide residual network MAZE's authors use as their clone (``--model_clone=wres22``).
 
 Zagoruyko and Komodakis, "Wide Residual Networks", BMVC 2016, at depth 22 and widening factor 2,
-as MAZE's reference code builds it (github.com/sanjaykariyappa/MAZE @ d202ace, our own code
-written from it, ``file:line`` in that tree):
-
-- depth 22, widen factor 2, no dropout (``src/models/models.py:82-95``): three stages of
-  (22 − 4) / 6 = 3 pre-activation basic blocks with 32, 64 and 128 channels after a 3x3 stem of
-  16 channels; the second and third stages halve the resolution (``src/models/wresnet.py:92-112``);
-- a block normalizes and activates its input (BN-ReLU), then conv3x3-BN-ReLU-conv3x3; where the
-  width or stride changes, a 1x1 convolution of the *activated* input is the shortcut, otherwise
-  the raw input is (``wresnet.py:45-54``);
-- BN-ReLU, 8x8 average pooling and one linear layer at the end (``wresnet.py:114-139``);
-- convolutions drawn from N(0, 2 / (k·k·out_channels)), batch norms at weight 1 and bias 0, the
-  linear layer's bias 0 (``wresnet.py:119-127``);
-- 28x28 inputs (MNIST, FashionMNIST) are first resized to 32x32 by bilinear interpolation
-  (``align_corners=False``), with ``in_channels=1`` (``models.py:83-91``, ``wresnet.py:96-101``).
-
-Adapted: the final pooling is adaptive (global average), which equals the reference's 8x8 pooling
-on the 32x32 inputs it sees; any input size other than 32x32 is resized to 32x32, so the network
-sees what the reference's does for MNIST-sized images. About 1.1 M parameters: too slow for the
-CPU cells of the grid (see ``docs/attacks/maze.md`` for the CPU variant).
+as MAZE's reference code builds it (github.com/sanjaykariyappa/MAZE @ d202ace, our own code written
+from it; the layers with ``file:line`` in that tree, and what is adapted, are below). About 1.1 M
+parameters: too slow for the CPU cells of the grid. See docs/attacks/maze.md (WRN-22-2 and the CPU
+variant).
 """
+# Zagoruyko and Komodakis, "Wide Residual Networks", BMVC 2016, at depth 22 and widening factor 2,
+# as MAZE's reference code builds it (github.com/sanjaykariyappa/MAZE @ d202ace, our own code
+# written from it, ``file:line`` in that tree):
+#
+# - depth 22, widen factor 2, no dropout (``src/models/models.py:82-95``): three stages of
+#   (22 − 4) / 6 = 3 pre-activation basic blocks with 32, 64 and 128 channels after a 3x3 stem of
+#   16 channels; the second and third stages halve the resolution (``src/models/wresnet.py:92-112``);
+# - a block normalizes and activates its input (BN-ReLU), then conv3x3-BN-ReLU-conv3x3; where the
+#   width or stride changes, a 1x1 convolution of the *activated* input is the shortcut, otherwise
+#   the raw input is (``wresnet.py:45-54``);
+# - BN-ReLU, 8x8 average pooling and one linear layer at the end (``wresnet.py:114-139``);
+# - convolutions drawn from N(0, 2 / (k·k·out_channels)), batch norms at weight 1 and bias 0, the
+#   linear layer's bias 0 (``wresnet.py:119-127``);
+# - 28x28 inputs (MNIST, FashionMNIST) are first resized to 32x32 by bilinear interpolation
+#   (``align_corners=False``), with ``in_channels=1`` (``models.py:83-91``, ``wresnet.py:96-101``).
+#
+# Adapted: the final pooling is adaptive (global average), which equals the reference's 8x8 pooling
+# on the 32x32 inputs it sees; any input size other than 32x32 is resized to 32x32, so the network
+# sees what the reference's does for MNIST-sized images. About 1.1 M parameters: too slow for the
+# CPU cells of the grid (see ``docs/attacks/maze.md`` for the CPU variant).
 
 from __future__ import annotations
 

@@ -1,19 +1,21 @@
 """Reports from benchmark results: curves, leaderboard and paired comparisons.
 
 ``write_report(path, out_dir)`` reads a runs folder (``runs/<run>/<timestamp>/seed_<s>/``,
-contract §16) or a pytest JSON report and writes, into ``out_dir``:
-
-* ``curves_<dataset>_<mode>.png|svg`` — budget–performance curves (mean ± std over seeds);
-* ``leaderboard.md|html|csv|json`` — normalised log-budget agreement AUC and every
-  metric at every checkpoint, per (dataset, output mode) and track;
-* ``comparisons.md|csv|json`` — every pair of attacks, paired by seed: bootstrap CI of
-  the mean difference, Cohen's d, effect-size category and a few-seeds warning;
-* ``gains.md|csv|json`` — each attack's gain over the null control(s) of its data mode,
-  paired by seed, per track, metric and checkpoint (also in the leaderboard);
-* ``aggregate.csv`` and ``results.csv`` — the numbers behind all of the above.
-
-``append_metadata``/``read_metadata`` maintain ``runs/run_metadata.jsonl``.
+contract §16) or a pytest JSON report and writes curves, the leaderboard, pairwise comparisons,
+gains over the null controls and the numbers behind them into ``out_dir`` (the files are listed
+below). ``append_metadata``/``read_metadata`` maintain ``runs/run_metadata.jsonl``.
+See docs/guide/reports.md.
 """
+# What ``write_report`` writes into ``out_dir``:
+#
+# * ``curves_<dataset>_<mode>.png|svg`` — budget–performance curves (mean ± std over seeds);
+# * ``leaderboard.md|html|csv|json`` — normalised log-budget agreement AUC and every
+#   metric at every checkpoint, per (dataset, output mode) and track;
+# * ``comparisons.md|csv|json`` — every pair of attacks, paired by seed: bootstrap CI of
+#   the mean difference, Cohen's d, effect-size category and a few-seeds warning;
+# * ``gains.md|csv|json`` — each attack's gain over the null control(s) of its data mode,
+#   paired by seed, per track, metric and checkpoint (also in the leaderboard);
+# * ``aggregate.csv`` and ``results.csv`` — the numbers behind all of the above.
 
 from __future__ import annotations
 

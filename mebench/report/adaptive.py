@@ -2,25 +2,28 @@
 behind it (the naive attacker) and behind it against the best adaptive attacker
 (``mebench.attacks.adaptive``), paired by seed, with the defense's utility cost beside it.
 
-Rows come from records whose ``adaptive`` column names the strategy (``naive`` when none); the
-naive and adaptive versions of one attack share ``base_label``. The undefended baseline is the
-naive attacker without a defense. For every defended (defense, budget, track) the *best*
-adaptive attacker is the strategy with the highest mean agreement over seeds (chosen after the
-fact, so its gain is an upper estimate with 3 seeds). Marks:
-
-- ``vanishes``: the naive drop is significant (its 95 % CI is below 0) and the best adaptive
-  attacker's is not (its CI reaches 0 or above): the protection is gone;
-- ``no cost to <strategy>``: the naive drop is significant; the best adaptive attacker does better
-  than the naive one and still agrees less than the undefended naive one, but no less than the same
-  strategy against the undefended victim (that paired CI reaches 0): what it gives up is the
-  strategy's own price (one-hot labels cost agreement without any defense), not the defense's;
-- ``mostly recovered``: the adaptive attacker wins back at least half of the naive drop (means);
-- ``holds``: none of these; ``no protection``: the naive drop itself is not significant.
-
-Beside them, the best adaptive strategy against the undefended victim (when measured) and what the
-defense takes from that same strategy, paired by seed: an adaptive attacker can pay for its strategy
-without any defense (one-hot labels cost agreement), and this column tells that price from the defense's.
+Each defended cell is marked ``vanishes``, ``no cost to <strategy>``, ``mostly recovered``,
+``holds`` or ``no protection``; the rules, the choice of the best adaptive attacker and the
+undefended-strategy column are below. See docs/defenses/adaptive.md.
 """
+# Rows come from records whose ``adaptive`` column names the strategy (``naive`` when none); the
+# naive and adaptive versions of one attack share ``base_label``. The undefended baseline is the
+# naive attacker without a defense. For every defended (defense, budget, track) the *best*
+# adaptive attacker is the strategy with the highest mean agreement over seeds (chosen after the
+# fact, so its gain is an upper estimate with 3 seeds). Marks:
+#
+# - ``vanishes``: the naive drop is significant (its 95 % CI is below 0) and the best adaptive
+#   attacker's is not (its CI reaches 0 or above): the protection is gone;
+# - ``no cost to <strategy>``: the naive drop is significant; the best adaptive attacker does better
+#   than the naive one and still agrees less than the undefended naive one, but no less than the same
+#   strategy against the undefended victim (that paired CI reaches 0): what it gives up is the
+#   strategy's own price (one-hot labels cost agreement without any defense), not the defense's;
+# - ``mostly recovered``: the adaptive attacker wins back at least half of the naive drop (means);
+# - ``holds``: none of these; ``no protection``: the naive drop itself is not significant.
+#
+# Beside them, the best adaptive strategy against the undefended victim (when measured) and what the
+# defense takes from that same strategy, paired by seed: an adaptive attacker can pay for its strategy
+# without any defense (one-hot labels cost agreement), and this column tells that price from the defense's.
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A *condition* is everything that defines one curve: dataset, victim, output
 mode, substitute architecture, attack label and data mode. Seeds of a
 condition are aggregated per track, checkpoint and metric with the sample
 standard deviation (``ddof=1``); with a single seed the std is NaN (written
-empty), never a misleading 0.
+empty), never a misleading 0. See docs/guide/reports.md.
 """
 
 from __future__ import annotations

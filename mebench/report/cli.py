@@ -6,6 +6,7 @@ that cannot be read whole (truncated or missing files), are left out and listed 
 runs against different victim checkpoints under one victim id, and seeds run with different
 thread counts, devices or code, are reported apart; rankings and comparisons use only rows
 over the same budget span; a seed-run found twice among the PATHs is kept once, with a warning.
+See docs/guide/reports.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """All pairwise attack comparisons, paired by seed (see :mod:`mebench.report.stats`).
 
-Comparisons are made only inside a *stratum* where everything but the attack is
-held fixed: dataset, victim, output mode, substitute architecture, track,
-metric and checkpoint (plus the whole-curve ``agreement_auc``). Within a stratum
-every pair of conditions (attack label × data mode) is compared on the seeds
-both have; a seed missing on either side is left out, never imputed. The
-baseline ``random`` is always put first (group ``a``), so differences read
-"attack b minus random". The page also shows each attack's gain over the null
-control of its data mode (:mod:`mebench.report.gains`), which pairs an attack's
-Track B with the control's Track A as well.
+Comparisons are made only inside a *stratum* where everything but the attack is held fixed
+(dataset, victim, output mode, substitute architecture, track, metric and checkpoint, plus the
+whole-curve ``agreement_auc``); every pair of conditions is compared on the seeds both have, a
+missing seed left out, never imputed. The baseline ``random`` is always put first, so differences
+read "attack b minus random"; the page also shows each attack's gain over its null control
+(:mod:`mebench.report.gains`). See docs/guide/reports.md.
 """
 
 from __future__ import annotations

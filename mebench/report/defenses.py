@@ -6,6 +6,7 @@ A defended victim is reported as ``<victim_id>+<defense>`` everywhere else in th
 the defense becomes a column again, next to ``none``. The victim stays a row key and a column
 (``base_victim``): two builds of one ``victim_id`` (a ``.pt`` and an ``.onnx`` with different
 sha256, told apart as ``<victim_id>@<sha8>``) are never put in one row nor differenced across.
+See docs/defenses/index.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
 """Detection at a low false-positive rate: every detector defense (``prada``) against every attack.
 
 For each detector, victim and checkpoint B, the negatives are the benign streams (all seeds and
-sources), the positives one attack's streams (one per seed). Per attack the table gives:
-
-- ``flagged``: share of the attack's streams flagged within B queries at the detector's own
-  threshold, and ``queries_to_detect``: the mean query after which they were flagged;
-- ``benign_flagged``: the same share for the benign streams (the false-positive rate at that
-  threshold);
-- ``tpr_at_1pct`` and ``tpr_at_0.1pct``: the true-positive rate at the strictest threshold that
-  flags at most 1 % / 0.1 % of the benign streams (``mebench.detection.rates.tpr_at_fpr``), with
-  the number of benign streams: below 1/FPR of them no false positive at all is allowed, and the
-  table says the FPR is not resolved. No AUC is given on purpose: a detector is used at a low
-  false-positive rate, and an AUC averages over rates nobody would deploy.
+sources), the positives one attack's streams (one per seed); the table's columns are below. No AUC
+is given on purpose: a detector is used at a low false-positive rate, and an AUC averages over rates
+nobody would deploy. See docs/defenses/detection_benchmark.md.
 """
+# Per attack the table gives:
+#
+# - ``flagged``: share of the attack's streams flagged within B queries at the detector's own
+#   threshold, and ``queries_to_detect``: the mean query after which they were flagged;
+# - ``benign_flagged``: the same share for the benign streams (the false-positive rate at that
+#   threshold);
+# - ``tpr_at_1pct`` and ``tpr_at_0.1pct``: the true-positive rate at the strictest threshold that
+#   flags at most 1 % / 0.1 % of the benign streams (``mebench.detection.rates.tpr_at_fpr``), with
+#   the number of benign streams: below 1/FPR of them no false positive at all is allowed, and the
+#   table says the FPR is not resolved. No AUC is given on purpose: a detector is used at a low
+#   false-positive rate, and an AUC averages over rates nobody would deploy.
 
 from __future__ import annotations
 

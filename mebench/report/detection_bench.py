@@ -6,6 +6,7 @@ attack, PRADA's evasion as its own rows) and ``roc_<dataset>.png|svg`` (one pane
 curve per attack, FPR on a log axis with 1 % and 0.1 % marked). Each rate is over all the attack's
 streams (one per seed) against all benign clients; its 95 % interval is a percentile bootstrap
 that resamples both and sets the threshold again each time (``mebench.detection.rates``).
+See docs/defenses/detection_benchmark.md.
 """
 
 from __future__ import annotations

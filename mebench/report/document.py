@@ -2,7 +2,7 @@
 
 The leaderboard and the comparison pages are built once as a list of blocks and
 rendered twice, so the Markdown and HTML versions can never disagree. No
-template engine or ``tabulate`` dependency is needed.
+template engine or ``tabulate`` dependency is needed. See docs/guide/reports.md.
 """
 
 from __future__ import annotations

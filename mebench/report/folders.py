@@ -1,20 +1,25 @@
 """Seed folders read whole or not at all (contract §11, §16; issues 40 and 43).
 
-A seed folder (``runs/<run>/<stamp>/seed_<s>/``) or a grid cell folder
-(``runs/pytest/<stamp>/cells/<cell id>/``) is found by any file a run writes into it
-(``run_config.yaml`` comes first, ``metrics.csv`` at every checkpoint, ``summary.json``
-last; a cell's ``result.json`` after that), by a leftover query cache, or by the name
-``seed_<n>``. So a run killed before its first checkpoint is found too, and named.
-
-Every folder becomes one :class:`~mebench.report.load.RunRecord`. A folder that cannot be
-read whole gets a ``problem`` (one line) and no rows: it is listed in ``excluded.csv``
-with that reason and never enters a table. Damage is told by the files themselves:
-``metrics.csv`` is written atomically and always ends with a newline, so a file without
-one, a row with fewer fields than the header, a value that is not a number, or a header
-without the §16.2 columns is a truncated or foreign file; ``summary.json`` must be one
-JSON object. The completion time that orders re-runs comes from ``summary.json``
-``completed_at``, else from the file times (never from a folder name).
+A seed folder or grid cell folder is found by any file a run writes into it, by a leftover query
+cache or by its name, so a run killed before its first checkpoint is found too. Every folder becomes
+one :class:`~mebench.report.load.RunRecord`; one that cannot be read whole gets a ``problem`` and no
+rows, and is listed in ``excluded.csv`` with that reason (how damage is told is below).
+See docs/guide/reports.md.
 """
+# A seed folder (``runs/<run>/<stamp>/seed_<s>/``) or a grid cell folder
+# (``runs/pytest/<stamp>/cells/<cell id>/``) is found by any file a run writes into it
+# (``run_config.yaml`` comes first, ``metrics.csv`` at every checkpoint, ``summary.json``
+# last; a cell's ``result.json`` after that), by a leftover query cache, or by the name
+# ``seed_<n>``. So a run killed before its first checkpoint is found too, and named.
+#
+# Every folder becomes one :class:`~mebench.report.load.RunRecord`. A folder that cannot be
+# read whole gets a ``problem`` (one line) and no rows: it is listed in ``excluded.csv``
+# with that reason and never enters a table. Damage is told by the files themselves:
+# ``metrics.csv`` is written atomically and always ends with a newline, so a file without
+# one, a row with fewer fields than the header, a value that is not a number, or a header
+# without the §16.2 columns is a truncated or foreign file; ``summary.json`` must be one
+# JSON object. The completion time that orders re-runs comes from ``summary.json``
+# ``completed_at``, else from the file times (never from a folder name).
 
 from __future__ import annotations
 

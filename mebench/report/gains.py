@@ -1,35 +1,40 @@
 """Gain over the null control: what an attack adds to a method-free baseline.
 
-A *null control* is an attack whose class lists a data mode in
-``null_control_for`` (``random`` for ``seed``/``surrogate``;
-``untrained_generator`` and ``smooth_noise`` for ``data_free``). Controls are
-recognised by attack *name*, never by label, so a relabelled control is still a
-control; names the registry does not know fall back to :data:`KNOWN_CONTROLS`.
-
-For every other attack, per stratum (dataset, victim, output mode, substitute,
-data mode, metric, checkpoint) and per control of the same data mode:
-
-* ``gain = value(attack) − value(control)``, paired by seed: only seeds run by
-  both sides count, a seed missing on either side is dropped, never imputed;
-* the percentile bootstrap CI and Cohen's d of
-  :func:`mebench.report.stats.compare_groups`, and ``n_seeds``; with fewer than
-  2 paired seeds there is no interval and no CI claim (``n<2``);
-* controls have no attacker loop and report Track A only, so an attack's Track A
-  *and* Track B are both compared with the control's Track A (``control_track``);
-* the whole-curve ``agreement_auc`` gain is the paired difference of log-budget
-  AUCs (:func:`mebench.report.leaderboard.log_budget_auc`) over the checkpoints
-  every paired seed reached on both sides (``span_lo``–``span_hi``), so attack
-  and control are always integrated over the same budgets.
-
-For ``kl_mean`` and ``l1_mean`` lower is better: a useful attack has a negative gain.
-
-A control of another data mode can be named on purpose (``also_against``, ``mebench report
---also-against NAME``): every attack of the same dataset, victim, output mode and substitute
-is then also paired with that control's Track A, whatever the attack's data mode (e.g. a
-GAN trained on proxy data against ``untrained_generator``). Those rows keep the attack's
-``data_mode`` and name the control's in ``control_data_mode``; the default pairing (same
-data mode) is unchanged.
+A *null control* is an attack whose class lists a data mode in ``null_control_for``; controls are
+recognised by attack *name*, never by label (:data:`KNOWN_CONTROLS` for names the registry does not
+know). Every other attack is paired by seed with each control of its data mode, per stratum (the
+rules are below); ``also_against`` adds a control of another data mode. For ``kl_mean`` and
+``l1_mean`` lower is better: a useful attack has a negative gain. See docs/guide/reports.md.
 """
+# A *null control* is an attack whose class lists a data mode in
+# ``null_control_for`` (``random`` for ``seed``/``surrogate``;
+# ``untrained_generator`` and ``smooth_noise`` for ``data_free``). Controls are
+# recognised by attack *name*, never by label, so a relabelled control is still a
+# control; names the registry does not know fall back to :data:`KNOWN_CONTROLS`.
+#
+# For every other attack, per stratum (dataset, victim, output mode, substitute,
+# data mode, metric, checkpoint) and per control of the same data mode:
+#
+# * ``gain = value(attack) − value(control)``, paired by seed: only seeds run by
+#   both sides count, a seed missing on either side is dropped, never imputed;
+# * the percentile bootstrap CI and Cohen's d of
+#   :func:`mebench.report.stats.compare_groups`, and ``n_seeds``; with fewer than
+#   2 paired seeds there is no interval and no CI claim (``n<2``);
+# * controls have no attacker loop and report Track A only, so an attack's Track A
+#   *and* Track B are both compared with the control's Track A (``control_track``);
+# * the whole-curve ``agreement_auc`` gain is the paired difference of log-budget
+#   AUCs (:func:`mebench.report.leaderboard.log_budget_auc`) over the checkpoints
+#   every paired seed reached on both sides (``span_lo``–``span_hi``), so attack
+#   and control are always integrated over the same budgets.
+#
+# For ``kl_mean`` and ``l1_mean`` lower is better: a useful attack has a negative gain.
+#
+# A control of another data mode can be named on purpose (``also_against``, ``mebench report
+# --also-against NAME``): every attack of the same dataset, victim, output mode and substitute
+# is then also paired with that control's Track A, whatever the attack's data mode (e.g. a
+# GAN trained on proxy data against ``untrained_generator``). Those rows keep the attack's
+# ``data_mode`` and name the control's in ``control_data_mode``; the default pairing (same
+# data mode) is unchanged.
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@
 its loss windows, with the flags they raised. The report lists every flagged checkpoint in
 ``health.csv|md``, so a table's outlier can be told apart from a training that collapsed or
 diverged; the flagged numbers stay in every other table (they are what the protocol measured).
+See docs/guide/reports.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,22 @@
 """Which seed-runs may be pooled into one mean ± std, and which were kept stale (issue 43).
 
-Seeds of one condition are pooled only when they ran alike: the same torch thread count
-(CPU results depend on it: it changes the order of float reductions), the same device and
-the same code (``code_identity``, else the git commit and dirty flag of older records). A
-condition whose seeds differ in any of these is reported as one row per combination, its
-label suffixed with what differs (``random [threads 2]``), and a warning names the seeds
-of each. Victim builds (checkpoint sha256) are told apart earlier, by victim id
-(:func:`mebench.report.load.separate_victims`). A field a record lacks (an older record)
-differs from nothing: it splits a condition only where another seed records two values.
-
-Cells kept by ``--keep-stale`` (``summary.json`` ``resume.kept_stale``) are pooled like
-any other but listed, with their reason, in the leaderboard and warned about.
+Seeds of one condition are pooled only when they ran alike: the same torch thread count, the same
+device and the same code (``code_identity``, else the git commit and dirty flag); otherwise each
+combination is its own row, its label suffixed with what differs, and a warning names the seeds.
+Cells kept by ``--keep-stale`` are pooled like any other but listed and warned about. Details below;
+see docs/guide/reports.md.
 """
+# Seeds of one condition are pooled only when they ran alike: the same torch thread count
+# (CPU results depend on it: it changes the order of float reductions), the same device and
+# the same code (``code_identity``, else the git commit and dirty flag of older records). A
+# condition whose seeds differ in any of these is reported as one row per combination, its
+# label suffixed with what differs (``random [threads 2]``), and a warning names the seeds
+# of each. Victim builds (checkpoint sha256) are told apart earlier, by victim id
+# (:func:`mebench.report.load.separate_victims`). A field a record lacks (an older record)
+# differs from nothing: it splits a condition only where another seed records two values.
+#
+# Cells kept by ``--keep-stale`` (``summary.json`` ``resume.kept_stale``) are pooled like
+# any other but listed, with their reason, in the leaderboard and warned about.
 
 from __future__ import annotations
 

@@ -1,24 +1,28 @@
 """Leaderboard: one summary number per attack plus mean ± std at every checkpoint.
 
-**Summary number — normalised log-budget AUC of agreement.** For one seed with
-checkpoints ``B_1 < … < B_m`` and agreements ``a_1 … a_m`` (contract §1.3),
-
-    AUC = trapezoid(a, x) / (x_m - x_1),   x_i = log10(B_i),
-
-i.e. the mean agreement over the budget span when budgets are read on the log
-axis the curves are drawn on (each decade weighs the same). Since agreement lies
-in [0, 1], so does the AUC; with a single checkpoint it is that agreement. It is
-computed per seed over the checkpoints *all* seeds of the condition reached, then
-averaged (mean ± sample std over seeds). AUCs compare fairly only over the same
-span; the span is printed next to each value and a note flags a table whose
-rows differ.
-
-Tables are built per (dataset, output mode) and track (A = SFP primary, B = AOP
-secondary, contract §8), rows ranked by AUC. Next to each attack's AUC stands its
-**gain over the null control** of its data mode (paired by seed, 95 % CI; see
-:mod:`mebench.report.gains`), and each track gets a table of agreement gains at
-every checkpoint. Controls themselves are marked, not ranked against themselves.
+The summary number is the normalised log-budget AUC of agreement (its definition is below), per
+seed over the checkpoints all seeds of the condition reached, then mean ± sample std. Tables are
+built per (dataset, output mode) and track (contract §8), rows ranked by AUC, each AUC beside its
+gain over the null control (:mod:`mebench.report.gains`). See docs/guide/reports.md.
 """
+# **Summary number — normalised log-budget AUC of agreement.** For one seed with
+# checkpoints ``B_1 < … < B_m`` and agreements ``a_1 … a_m`` (contract §1.3),
+#
+#     AUC = trapezoid(a, x) / (x_m - x_1),   x_i = log10(B_i),
+#
+# i.e. the mean agreement over the budget span when budgets are read on the log
+# axis the curves are drawn on (each decade weighs the same). Since agreement lies
+# in [0, 1], so does the AUC; with a single checkpoint it is that agreement. It is
+# computed per seed over the checkpoints *all* seeds of the condition reached, then
+# averaged (mean ± sample std over seeds). AUCs compare fairly only over the same
+# span; the span is printed next to each value and a note flags a table whose
+# rows differ.
+#
+# Tables are built per (dataset, output mode) and track (A = SFP primary, B = AOP
+# secondary, contract §8), rows ranked by AUC. Next to each attack's AUC stands its
+# **gain over the null control** of its data mode (paired by seed, 95 % CI; see
+# :mod:`mebench.report.gains`), and each track gets a table of agreement gains at
+# every checkpoint. Controls themselves are marked, not ranked against themselves.
 
 from __future__ import annotations
 

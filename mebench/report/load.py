@@ -1,32 +1,37 @@
 """Read benchmark results into one tidy pandas DataFrame (contract §11, §16).
 
-Two sources are understood:
-
-* a runs folder as the engine writes it, ``runs/<run_name>/<timestamp>/seed_<s>/``
-  with ``metrics.csv`` (long format, §16.2), ``summary.json`` and
-  ``run_config.yaml``. ``PATH`` may be the whole runs folder, one run, one
-  timestamp or one seed folder: every ``metrics.csv`` below it is read;
-* a JSON report of the pytest benchmark harness, ``{"cells": [{"id", "metrics_rows",
-  "summary"}, ...]}``. Only :func:`pytest_json_records` knows that layout, so a
-  schema change there is a one-function change.
-
-Both become a list of :class:`RunRecord` (rows + summary), then one frame with a
-row per ``metrics.csv`` row plus the columns the report groups by: ``label``
-(the attack variant, ``summary["attack"]["label"]`` or else the attack name), ``attack``
-(the registry name, ``summary["attack"]["name"]``: ``metrics.csv``'s own ``attack`` column holds
-the label, so a relabelled null control such as ``untrained_generator_maze`` is still known by
-its name),
-``dataset`` and ``victim_test_accuracy``. Extra keys are ignored, missing seeds
-simply mean fewer rows. A seed folder that cannot be read whole (a truncated ``metrics.csv``,
-an invalid ``summary.json``, no result rows, a grid cell without ``result.json``) or did not
-complete is read as a record with a ``problem`` and no row of the frame: :func:`exclusions`
-lists each one with its reason (:mod:`mebench.report.folders`).
-
-Each row also carries what tells its seed-run apart from another run of the same condition and
-seed: ``completed`` (epoch seconds, from ``summary.json`` ``completed_at`` or a file time),
-``torch_threads``, ``device``, ``code_identity`` (else ``git <commit>``), ``plan_hash`` and
-``kept_stale`` (a cell kept by ``--keep-stale``).
+Two sources are understood: a runs folder as the engine writes it and a JSON report of the pytest
+harness (only :func:`pytest_json_records` knows its layout). Both become a list of :class:`RunRecord`
+(rows + summary), then one frame with a row per ``metrics.csv`` row plus the columns the report groups
+by; a seed folder that cannot be read whole is a record with a ``problem`` and no row
+(:func:`exclusions`). The sources and columns in detail are below. See docs/guide/reports.md.
 """
+# Two sources are understood:
+#
+# * a runs folder as the engine writes it, ``runs/<run_name>/<timestamp>/seed_<s>/``
+#   with ``metrics.csv`` (long format, §16.2), ``summary.json`` and
+#   ``run_config.yaml``. ``PATH`` may be the whole runs folder, one run, one
+#   timestamp or one seed folder: every ``metrics.csv`` below it is read;
+# * a JSON report of the pytest benchmark harness, ``{"cells": [{"id", "metrics_rows",
+#   "summary"}, ...]}``. Only :func:`pytest_json_records` knows that layout, so a
+#   schema change there is a one-function change.
+#
+# Both become a list of :class:`RunRecord` (rows + summary), then one frame with a
+# row per ``metrics.csv`` row plus the columns the report groups by: ``label``
+# (the attack variant, ``summary["attack"]["label"]`` or else the attack name), ``attack``
+# (the registry name, ``summary["attack"]["name"]``: ``metrics.csv``'s own ``attack`` column holds
+# the label, so a relabelled null control such as ``untrained_generator_maze`` is still known by
+# its name),
+# ``dataset`` and ``victim_test_accuracy``. Extra keys are ignored, missing seeds
+# simply mean fewer rows. A seed folder that cannot be read whole (a truncated ``metrics.csv``,
+# an invalid ``summary.json``, no result rows, a grid cell without ``result.json``) or did not
+# complete is read as a record with a ``problem`` and no row of the frame: :func:`exclusions`
+# lists each one with its reason (:mod:`mebench.report.folders`).
+#
+# Each row also carries what tells its seed-run apart from another run of the same condition and
+# seed: ``completed`` (epoch seconds, from ``summary.json`` ``completed_at`` or a file time),
+# ``torch_threads``, ``device``, ``code_identity`` (else ``git <commit>``), ``plan_hash`` and
+# ``kept_stale`` (a cell kept by ``--keep-stale``).
 
 from __future__ import annotations
 

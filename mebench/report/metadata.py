@@ -1,22 +1,22 @@
 """``runs/run_metadata.jsonl``: one JSON line per run, safe under concurrent appends.
 
-Why JSONL and not one JSON document: appending a line never rewrites what other
-runs wrote, so parallel runs (pytest-xdist workers, several ``mebench run``
-processes) cannot lose each other's entries (no read-modify-write).
-
-Write protocol (:func:`append_metadata`): the line is serialised first, then the
-file is opened with ``O_APPEND``, an exclusive ``fcntl.flock`` is taken and the
-whole line goes out in one ``write()`` (looping only if the kernel writes
-short). If a crashed writer left a last line without its newline, a newline is
-written first so the new entry stays intact. Read protocol
-(:func:`read_metadata`): every line is parsed on its own; a corrupted line is
-skipped with a warning that names its line number.
-
-Every entry carries ``type, seed, config_hash, git_commit, timestamp, device,
-versions``; the caller gives what only it knows (``type``, ``seed``,
-``config_hash`` — see :func:`mebench.support.serial.config_hash` — and ``device``) and the rest is
-filled in unless already present.
+Why JSONL and not one JSON document: appending a line never rewrites what other runs wrote, so
+parallel runs cannot lose each other's entries (no read-modify-write). :func:`append_metadata`
+writes each line in one locked ``O_APPEND`` write; :func:`read_metadata` skips a corrupted line with
+a warning. The protocols and the entry's fields are below. See docs/guide/runs.md.
 """
+# Write protocol (:func:`append_metadata`): the line is serialised first, then the
+# file is opened with ``O_APPEND``, an exclusive ``fcntl.flock`` is taken and the
+# whole line goes out in one ``write()`` (looping only if the kernel writes
+# short). If a crashed writer left a last line without its newline, a newline is
+# written first so the new entry stays intact. Read protocol
+# (:func:`read_metadata`): every line is parsed on its own; a corrupted line is
+# skipped with a warning that names its line number.
+#
+# Every entry carries ``type, seed, config_hash, git_commit, timestamp, device,
+# versions``; the caller gives what only it knows (``type``, ``seed``,
+# ``config_hash`` — see :func:`mebench.support.serial.config_hash` — and ``device``) and the rest is
+# filled in unless already present.
 
 from __future__ import annotations
 

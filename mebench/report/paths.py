@@ -4,6 +4,7 @@ A report folder (``runs/report/``) and a grid's ``report.json`` must survive mov
 ``runs/`` (to another machine, into ``results/<set>/``): every path they store is written
 relative to the folder of the file that stores it, with ``/`` separators, and read back with
 :func:`resolve_stored`. Absolute paths stay only where no relative one exists (another drive).
+See docs/guide/reports.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ mean absolute error over classes, titled "L1 (MAE over classes)"): budget on a l
 axis, the mean over seeds as a line with a ±1 sample-std band, Track A solid
 and Track B dashed (§8), one colour per attack label + data mode (kept the same
 in every figure of a report), and the victim's test accuracy as a dotted
-horizontal reference on the ``acc_gt`` panel. Written as PNG and SVG.
+horizontal reference on the ``acc_gt`` panel. Written as PNG and SVG. See docs/guide/reports.md.
 """
 
 from __future__ import annotations

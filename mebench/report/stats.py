@@ -1,34 +1,37 @@
 """Statistics for comparing two attacks over seeds: paired bootstrap CI, Cohen's d.
 
-Definitions (kept fixed so reports stay comparable):
-
-* **Paired bootstrap CI.** Seeds pair the two groups (same run seed → same seed
-  set, same Track A init). With per-seed differences ``d_i = b_i - a_i`` the
-  statistic is ``mean(d)``; ``N_BOOTSTRAP`` resamples of the ``n`` differences
-  (with replacement, ``numpy.random.Generator`` seeded with ``BOOTSTRAP_SEED``, so
-  a report is reproducible bit for bit) give the percentile interval at
-  ``CI_LEVEL`` (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13).
-* **Cohen's d** (Cohen, *Statistical Power Analysis*, 1988):
-  ``(mean(b) - mean(a)) / s_pooled`` with
-  ``s_pooled² = ((n_a-1) s_a² + (n_b-1) s_b²) / (n_a + n_b - 2)``, the sample
-  variances (ddof=1) used by every table of this report. For equal group sizes
-  (always the case here: groups are paired by seed) this is
-  ``sqrt((s_a² + s_b²) / 2)``. d is positive when ``b`` has the larger mean,
-  exactly 0 when the means are equal, ±inf when they differ but both groups are
-  constant, and NaN when a group has fewer than 2 values.
-* **Categories**: |d| < 0.2 negligible, < 0.5 small, < 0.8 medium, else large
-  (Cohen's conventions); ``undefined`` when d is NaN.
-* **Warning**: with fewer than ``MIN_SEEDS_FOR_CI`` (5) paired seeds the
-  percentile bootstrap under-covers badly: with 3 seeds it only has 10 distinct
-  resamples and the 95% interval is essentially ``[min d_i, max d_i]``, i.e. it
-  excludes 0 exactly when all seeds agree in sign. Such intervals are reported
-  but flagged as descriptive.
-* **Fewer than** ``MIN_SEEDS_FOR_INTERVAL`` (2) **paired seeds**: no interval at
-  all. One difference resamples only to itself, so its "interval" has zero width
-  and would "exclude 0" for any non-zero difference. The bounds are NaN and the
-  decision fields (``crosses_zero``, ``statistically_significant``) are ``None``
-  (empty in CSV, ``null`` in JSON); the mean difference is still given.
+The definitions (paired percentile bootstrap, Cohen's d with pooled sample variances, the effect
+size categories, and the few-seeds rules of ``MIN_SEEDS_FOR_CI`` and ``MIN_SEEDS_FOR_INTERVAL``)
+are kept fixed so reports stay comparable; they are spelled out below. See docs/guide/reports.md.
 """
+# Definitions (kept fixed so reports stay comparable):
+#
+# * **Paired bootstrap CI.** Seeds pair the two groups (same run seed → same seed
+#   set, same Track A init). With per-seed differences ``d_i = b_i - a_i`` the
+#   statistic is ``mean(d)``; ``N_BOOTSTRAP`` resamples of the ``n`` differences
+#   (with replacement, ``numpy.random.Generator`` seeded with ``BOOTSTRAP_SEED``, so
+#   a report is reproducible bit for bit) give the percentile interval at
+#   ``CI_LEVEL`` (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 13).
+# * **Cohen's d** (Cohen, *Statistical Power Analysis*, 1988):
+#   ``(mean(b) - mean(a)) / s_pooled`` with
+#   ``s_pooled² = ((n_a-1) s_a² + (n_b-1) s_b²) / (n_a + n_b - 2)``, the sample
+#   variances (ddof=1) used by every table of this report. For equal group sizes
+#   (always the case here: groups are paired by seed) this is
+#   ``sqrt((s_a² + s_b²) / 2)``. d is positive when ``b`` has the larger mean,
+#   exactly 0 when the means are equal, ±inf when they differ but both groups are
+#   constant, and NaN when a group has fewer than 2 values.
+# * **Categories**: |d| < 0.2 negligible, < 0.5 small, < 0.8 medium, else large
+#   (Cohen's conventions); ``undefined`` when d is NaN.
+# * **Warning**: with fewer than ``MIN_SEEDS_FOR_CI`` (5) paired seeds the
+#   percentile bootstrap under-covers badly: with 3 seeds it only has 10 distinct
+#   resamples and the 95% interval is essentially ``[min d_i, max d_i]``, i.e. it
+#   excludes 0 exactly when all seeds agree in sign. Such intervals are reported
+#   but flagged as descriptive.
+# * **Fewer than** ``MIN_SEEDS_FOR_INTERVAL`` (2) **paired seeds**: no interval at
+#   all. One difference resamples only to itself, so its "interval" has zero width
+#   and would "exclude 0" for any non-zero difference. The bounds are NaN and the
+#   decision fields (``crosses_zero``, ``statistically_significant``) are ``None``
+#   (empty in CSV, ``null`` in JSON); the mean difference is still given.
 
 from __future__ import annotations
 

@@ -1,22 +1,27 @@
 """Transferability in the report: success against ε, what predicts it, and the init's spread.
 
-Reads, beside each complete seed folder's ``metrics.csv``, its ``transfer.csv``,
-``fidelity.csv`` and ``init_variance.csv`` (``mebench.probes.transferability.transfer``, ``mebench.probes.transferability.fidelity``,
-``mebench.probes.variance``); folders without them (older runs, runs without
-``measure.transfer.methods``) simply add no rows. Writes:
-
-- ``transfer.csv``: mean, sample std and count over seeds of every success rate per condition,
-  track, checkpoint, method and ε; the ``independent`` reference pools its ensemble members
-  (mean and spread over members and seeds);
-- ``fidelity.csv``: per condition, track and checkpoint, test agreement (``metrics.csv``) beside
-  the off-manifold agreements, the input-gradient cosine and PGD success at the headline ε;
-- ``init_variance.csv``: per condition and metric, the spread over run seeds (Track A's fixed
-  init) beside the spread over initializations (mean over seeds of the std over inits);
-- ``transfer.md`` with those tables, and success-vs-ε curves (``transfer_curves_*.png|svg``).
-
-The headline ε (the leaderboard's transfer numbers, PGD and CW) is the dataset profile's
-``transfer_headline_eps`` (0.2 on MNIST-like data), or the ε nearest it that was measured.
+Reads, beside each complete seed folder's ``metrics.csv``, its ``transfer.csv``, ``fidelity.csv``
+and ``init_variance.csv`` (folders without them add no rows) and writes ``transfer.csv``,
+``fidelity.csv``, ``init_variance.csv``, ``transfer.md`` and success-vs-ε curves (what each holds
+is below). The headline ε is the dataset profile's ``transfer_headline_eps``, or the ε nearest it
+that was measured. See docs/transferability.md.
 """
+# Reads, beside each complete seed folder's ``metrics.csv``, its ``transfer.csv``,
+# ``fidelity.csv`` and ``init_variance.csv`` (``mebench.probes.transferability.transfer``, ``mebench.probes.transferability.fidelity``,
+# ``mebench.probes.variance``); folders without them (older runs, runs without
+# ``measure.transfer.methods``) simply add no rows. Writes:
+#
+# - ``transfer.csv``: mean, sample std and count over seeds of every success rate per condition,
+#   track, checkpoint, method and ε; the ``independent`` reference pools its ensemble members
+#   (mean and spread over members and seeds);
+# - ``fidelity.csv``: per condition, track and checkpoint, test agreement (``metrics.csv``) beside
+#   the off-manifold agreements, the input-gradient cosine and PGD success at the headline ε;
+# - ``init_variance.csv``: per condition and metric, the spread over run seeds (Track A's fixed
+#   init) beside the spread over initializations (mean over seeds of the std over inits);
+# - ``transfer.md`` with those tables, and success-vs-ε curves (``transfer_curves_*.png|svg``).
+#
+# The headline ε (the leaderboard's transfer numbers, PGD and CW) is the dataset profile's
+# ``transfer_headline_eps`` (0.2 on MNIST-like data), or the ε nearest it that was measured.
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ defense, track and checkpoint B, every attack gets the mean ± sample std of its
 (victim, seed) runs, the number of victims and runs, and its per-victim means (the breakdown the
 HTML page shows folded). An attack is **flagged** when its rank among the attacks (by per-victim
 mean agreement, 1 = highest) is not the same on every victim: a ranking that one victim network
-would give is then not a property of the attack.
+would give is then not a property of the attack. See docs/guide/victims.md.
 """
 
 from __future__ import annotations

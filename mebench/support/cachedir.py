@@ -1,20 +1,25 @@
 """Where mebench keeps what it may reuse across runs on one machine (torch-free).
 
-Some work does not depend on the run seed and costs minutes: the independent reference models of
-transferability, and the cost estimate's measured step times. They are kept on disk, one file per
-*key*: a JSON-able description of everything the result depends on (spec, device, threads, data
-fingerprint, and the code identity, so that a code change never reuses an old entry). The key's
-digest names the file, and the key itself is stored beside it so an entry can be audited.
-
-The folder is ``$MEBENCH_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/mebench``, else
-``~/.cache/mebench``. Deleting it is always safe: every entry is recomputed on demand.
-
-Processes on one node that need the same missing entry (Ray tasks, ``-n`` workers, two runs) take
-turns through ``entry_lock``: an exclusive ``fcntl.flock`` on ``<entry>.lock`` beside the entry, so
-one computes it and the others wait, then read what it wrote. The lock is advisory and per node (a
-shared network folder may not honour it; then two nodes may both compute, never corrupt: every
-entry is written atomically).
+Work that does not depend on the run seed and costs minutes is kept on disk, one file per *key*
+(everything the result depends on, code identity included), in ``$MEBENCH_CACHE_DIR``, else
+``$XDG_CACHE_HOME/mebench``, else ``~/.cache/mebench``. Deleting it is always safe: every entry is
+recomputed on demand. Processes on one node take turns through ``entry_lock`` (details below).
+See docs/guide/configs.md.
 """
+# Some work does not depend on the run seed and costs minutes: the independent reference models of
+# transferability, and the cost estimate's measured step times. They are kept on disk, one file per
+# *key*: a JSON-able description of everything the result depends on (spec, device, threads, data
+# fingerprint, and the code identity, so that a code change never reuses an old entry). The key's
+# digest names the file, and the key itself is stored beside it so an entry can be audited.
+#
+# The folder is ``$MEBENCH_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/mebench``, else
+# ``~/.cache/mebench``. Deleting it is always safe: every entry is recomputed on demand.
+#
+# Processes on one node that need the same missing entry (Ray tasks, ``-n`` workers, two runs) take
+# turns through ``entry_lock``: an exclusive ``fcntl.flock`` on ``<entry>.lock`` beside the entry, so
+# one computes it and the others wait, then read what it wrote. The lock is advisory and per node (a
+# shared network folder may not honour it; then two nodes may both compute, never corrupt: every
+# entry is written atomically).
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@
 and ``ray`` (``pytest benchmarks/ --ray``) are not installed by ``pip install -e .``; a
 feature that needs one checks for it before any work (``require``) and fails with one line
 naming the package and the install command, never with an import traceback. Torch-free.
+See docs/guide/install.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,26 @@
 """Models that take minutes to fit and do not depend on the run seed, fitted once per node.
 
-Two kinds of model are like that: the members of transferability's independent reference
-ensemble (``mebench.probes.transferability.refcache``) and a defense's own models (``Defense.fit``, e.g. Adaptive
-Misinformation's misinformation model). A grid process fits each once in memory; this module keeps
-the weights on disk (``mebench.support.cachedir``) so that other processes, Ray tasks and later runs on the
-node read them instead of fitting again.
-
-``load_or_fit`` is the one protocol: read the entry when it loads; else take the entry's lock
-(``cachedir.entry_lock``), read again (another process may have fitted it while this one waited),
-and only then fit and write the entry atomically. So concurrent tasks that miss the same entry fit
-it once and the others wait and load it; an entry that cannot be read, or does not fit the model,
-is fitted again and rewritten. An entry holds ``{"weights": state_dict, "attrs": JSON}``, read with
-``torch.load(weights_only=True)``; ``attrs`` carries the fitted model's JSON-able attributes (a
-defense's ``fit_attrs``, e.g. the outlier record a summary reports). The key, beside the entry as
-``.json``, names everything the weights depend on, code identity included: a code change never
-reuses an entry.
+The members of transferability's independent reference ensemble and a defense's own models are
+kept on disk (``mebench.support.cachedir``), so other processes, Ray tasks and later runs on the
+node read them instead of fitting again. ``load_or_fit`` is the one protocol (below): concurrent
+tasks that miss the same entry fit it once, and a code change never reuses an entry.
+See docs/guide/configs.md (the cache folder).
 """
+# Two kinds of model are like that: the members of transferability's independent reference
+# ensemble (``mebench.probes.transferability.refcache``) and a defense's own models (``Defense.fit``, e.g. Adaptive
+# Misinformation's misinformation model). A grid process fits each once in memory; this module keeps
+# the weights on disk (``mebench.support.cachedir``) so that other processes, Ray tasks and later runs on the
+# node read them instead of fitting again.
+#
+# ``load_or_fit`` is the one protocol: read the entry when it loads; else take the entry's lock
+# (``cachedir.entry_lock``), read again (another process may have fitted it while this one waited),
+# and only then fit and write the entry atomically. So concurrent tasks that miss the same entry fit
+# it once and the others wait and load it; an entry that cannot be read, or does not fit the model,
+# is fitted again and rewritten. An entry holds ``{"weights": state_dict, "attrs": JSON}``, read with
+# ``torch.load(weights_only=True)``; ``attrs`` carries the fitted model's JSON-able attributes (a
+# defense's ``fit_attrs``, e.g. the outlier record a summary reports). The key, beside the entry as
+# ``.json``, names everything the weights depend on, code identity included: a code change never
+# reuses an entry.
 
 from __future__ import annotations
 

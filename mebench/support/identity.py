@@ -7,7 +7,7 @@ relative to the package, sorted, each path and its bytes hashed), not the git co
 nothing about an uncommitted edit (a dirty flag only says *that* something changed, not what), it is
 absent in a wheel or sdist install, and it changes on edits to docs, configs or tests that cannot
 change a number. The git commit and dirty flag are still recorded beside it (``runinfo.git_commit``)
-so a reader can find the source in history.
+so a reader can find the source in history. See docs/guide/resume.md.
 """
 
 from __future__ import annotations

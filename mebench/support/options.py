@@ -1,7 +1,7 @@
 """Command-line value parsers shared by ``mebench`` and the pytest plugin (argparse ``type=``).
 
 Each raises ``argparse.ArgumentTypeError`` with the value and what was expected,
-so a bad option fails at start-up, before anything runs.
+so a bad option fails at start-up, before anything runs. See docs/guide/runs.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A :class:`Ticker` follows one phase (collecting queries, one Track A training)
 and hands a line to ``say`` when the phase starts, at most every ``interval``
 seconds while it runs, and when it ends. The pytest grid sends the lines to the
 terminal (also from xdist workers); ``mebench run`` uses them instead of
-progress bars when stderr is not a terminal (CI logs, ``> file``).
+progress bars when stderr is not a terminal (CI logs, ``> file``). See docs/guide/runs.md.
 """
 
 from __future__ import annotations

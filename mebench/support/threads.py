@@ -2,7 +2,7 @@
 
 The policy lives in ``default_threads`` alone; ``mebench run`` and ``mebench
 victim train`` print the count they use, and ``summary.json`` / ``PATH.json``
-record it under ``machine.torch_threads``.
+record it under ``machine.torch_threads``. See docs/guide/grid.md.
 """
 
 from __future__ import annotations

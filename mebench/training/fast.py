@@ -1,27 +1,29 @@
 """Track A's speed paths: the default one (bit-identical) and the opt-in ones (``FastSpec``).
 
-Measured on a 2-core Xeon at one torch thread (``benchmarks/perf/test_roofline.py``, records
-under ``results/perf/``; ``docs/guide/performance.md``):
-
-- **default, bit-identical**: on the CPU, the substitute's plain 2x2 max-pooling layers train
-  through ``mebench.training.maxpool`` (same values, same argmax, PyTorch's own backward
-  kernel; the ReLU before a pooling moves after it, which commutes exactly), and SGD uses
-  ``foreach=True`` (``mebench.training.loop.make_optimizer``; the same element-wise operations
-  in the same order as the per-parameter loop).
-- ``channels_last`` (opt-in): the substitute's weights and each batch in NHWC layout, so oneDNN
-  runs its blocked convolution kernels. It changes the summation order, hence the last bits of
-  every weight.
-- ``bf16`` (opt-in): the forward pass under ``torch.autocast`` with bfloat16 (convolutions and
-  matrix products in bfloat16 with fp32 accumulation; the loss, the gradients' parameters and
-  the optimizer stay fp32). On CPUs with AVX512-BF16/AMX the convolutions run faster (most for
-  ResNet-8's 3x3 convolutions); it changes results well beyond rounding of the last bits, so
-  its effect on the metrics is measured over 3 seeds on the performance page.
-- ``torch.compile`` (inductor) of the substitute was measured slower than eager for LeNet-5 at
-  batch 128 on one CPU thread and is not offered.
-
-Everything here is a change of layout, kernels or precision around ``train_steps``; the batch
-order, the loss and the optimizer are untouched. Opt-in options are recorded in the plan.
+The default trains the CPU substitute's 2x2 max-pooling through ``mebench.training.maxpool`` and
+SGD with ``foreach=True``, bit-identical to the plain loop; ``channels_last`` and ``bf16`` are
+opt-in and change results (each path and its measured speed is below). Everything here is a change
+of layout, kernels or precision around ``train_steps``; the batch order, the loss and the
+optimizer are untouched. Opt-in options are recorded in the plan. See docs/guide/performance.md.
 """
+# Measured on a 2-core Xeon at one torch thread (``benchmarks/perf/test_roofline.py``, records
+# under ``results/perf/``; ``docs/guide/performance.md``):
+#
+# - **default, bit-identical**: on the CPU, the substitute's plain 2x2 max-pooling layers train
+#   through ``mebench.training.maxpool`` (same values, same argmax, PyTorch's own backward
+#   kernel; the ReLU before a pooling moves after it, which commutes exactly), and SGD uses
+#   ``foreach=True`` (``mebench.training.loop.make_optimizer``; the same element-wise operations
+#   in the same order as the per-parameter loop).
+# - ``channels_last`` (opt-in): the substitute's weights and each batch in NHWC layout, so oneDNN
+#   runs its blocked convolution kernels. It changes the summation order, hence the last bits of
+#   every weight.
+# - ``bf16`` (opt-in): the forward pass under ``torch.autocast`` with bfloat16 (convolutions and
+#   matrix products in bfloat16 with fp32 accumulation; the loss, the gradients' parameters and
+#   the optimizer stay fp32). On CPUs with AVX512-BF16/AMX the convolutions run faster (most for
+#   ResNet-8's 3x3 convolutions); it changes results well beyond rounding of the last bits, so
+#   its effect on the metrics is measured over 3 seeds on the performance page.
+# - ``torch.compile`` (inductor) of the substitute was measured slower than eager for LeNet-5 at
+#   batch 128 on one CPU thread and is not offered.
 
 from __future__ import annotations
 

@@ -3,28 +3,30 @@
 LeNet-5 at batch 128 is launch-bound on a GPU: the eager loop (``train_steps``) spends its time
 issuing ~100 small kernels a step from Python. Here everything that changes from one step to the
 next lives in device tensors, so one step is a fixed sequence of kernels that CUDA can record once
-and replay:
-
-- the batch's indices: a block of rows (``index_blocks``, the eager loop's permutations, drawn from
-  the same seeded generator) copied to the device once per block, a device counter picking the row;
-- the learning rate: every step's value, taken from the eager loop's own scheduler
-  (``lr_values``: ``CosineAnnealingLR`` or ``StepLR`` stepped on a throw-away optimizer), held as
-  a device tensor and read at the step counter;
-- SGD's update (momentum, weight decay, Nesterov) written with the same ``foreach`` operations as
-  ``torch.optim.SGD``; the momentum buffers start at zero, which gives SGD's first step exactly
-  (``0·m + g = g``); the update ``p - lr·d`` is ``addcmul_`` with the learning-rate tensor, which
-  rounds as SGD's ``add_(d, alpha=-lr)`` does;
-- the loss record and the finite-loss flag are written on the device, read every ``check_every``
-  steps as the eager loop does.
-
-On the CPU the program runs eagerly and gives the eager loop's weights bit for bit
-(``contract_tests/test_graphed_step.py``); that is how every part but the capture itself is tested.
-On CUDA, after ``WARM_STEPS`` real steps run eagerly (the warm-up CUDA graphs need), one step is
-captured and replayed for the rest. Where it cannot be (no GPU, D_B read from disk, an optimizer
-other than SGD, bfloat16 autocast, ``MEBENCH_CUDA_GRAPHS=0``, or a capture that fails, e.g. a model
-with data-dependent control flow) the eager loop runs; ``why_eager`` says why and the run records it
-(``summary.json``: ``track_a_step``).
+and replay. On the CPU the program runs eagerly and gives the eager loop's weights bit for bit;
+where a capture cannot be made the eager loop runs and ``why_eager`` says why (details below).
 """
+# What lives in device tensors:
+#
+# - the batch's indices: a block of rows (``index_blocks``, the eager loop's permutations, drawn from
+#   the same seeded generator) copied to the device once per block, a device counter picking the row;
+# - the learning rate: every step's value, taken from the eager loop's own scheduler
+#   (``lr_values``: ``CosineAnnealingLR`` or ``StepLR`` stepped on a throw-away optimizer), held as
+#   a device tensor and read at the step counter;
+# - SGD's update (momentum, weight decay, Nesterov) written with the same ``foreach`` operations as
+#   ``torch.optim.SGD``; the momentum buffers start at zero, which gives SGD's first step exactly
+#   (``0·m + g = g``); the update ``p - lr·d`` is ``addcmul_`` with the learning-rate tensor, which
+#   rounds as SGD's ``add_(d, alpha=-lr)`` does;
+# - the loss record and the finite-loss flag are written on the device, read every ``check_every``
+#   steps as the eager loop does.
+#
+# On the CPU the program runs eagerly and gives the eager loop's weights bit for bit
+# (``contract_tests/test_graphed_step.py``); that is how every part but the capture itself is tested.
+# On CUDA, after ``WARM_STEPS`` real steps run eagerly (the warm-up CUDA graphs need), one step is
+# captured and replayed for the rest. Where it cannot be (no GPU, D_B read from disk, an optimizer
+# other than SGD, bfloat16 autocast, ``MEBENCH_CUDA_GRAPHS=0``, or a capture that fails, e.g. a model
+# with data-dependent control flow) the eager loop runs; ``why_eager`` says why and the run records it
+# (``summary.json``: ``track_a_step``).
 
 from __future__ import annotations
 

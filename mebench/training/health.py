@@ -1,35 +1,41 @@
 """Training health: flags a checkpoint whose number measures a failed training, not the queries.
 
-A Track A substitute is trained by one fixed recipe (contract §8) on whatever D_B an attack
-bought. On some query sets that recipe fails: SGD diverges and the substitute ends as a
-constant predictor, and the checkpoint then reports chance-level agreement that says nothing
-about what the queries teach. mebench keeps the number (the protocol is the protocol) and
-records, per checkpoint and track, what a reader needs to tell the two apart:
-
-* ``pred_top_share``: the share of the test split the substitute gives its most frequent
-  class, beside ``victim_top_share``, the victim's own (about 1/K on a balanced split);
-* for Track A, the mean training loss over the first, the best and the last window of
-  ``window`` steps (a tenth of the steps, at most 100), recorded on the device without a host
-  synchronisation per step.
-
-Two flags are raised, each a sentence in ``summary.json`` (``health_flags``), a warning in the
-run's progress lines and in the pytest cell, and a table in ``mebench report``:
-
-* **collapsed** (either track): ``pred_top_share >= COLLAPSE_SHARE`` while the victim's own
-  top share is below ``VICTIM_SHARE_MAX``: the substitute answers (almost) one class for
-  everything, the victim does not;
-* **diverged** (Track A): the last window's mean loss exceeds the best window's by a factor of
-  ``DIVERGE_FACTOR`` *and* by ``DIVERGE_MARGIN`` nats: the run learned, then lost it (a cosine
-  schedule ends at learning rate 0, so a healthy run ends near its best).
-
-The thresholds are heuristics, chosen so that the constant predictors seen on real grids are
-flagged and ordinary minibatch noise is not; they never change a metric.
-
-A third flag, **restarted**, comes from an attack's own loop rather than a checkpoint: a model
-the attack trained (a JBDA round model, a knockoff, ...) reached a NaN or infinite loss and was
-trained again from a fresh initialisation and batch order (``attack.divergence_restarts``,
-``mebench.attacks.base.train_fresh``); ``summary.json`` keeps each one in ``attack_restarts``.
+On some query sets Track A's fixed recipe (contract §8) fails and the substitute ends as a constant
+predictor. mebench keeps the number (the protocol is the protocol) and records, per checkpoint and
+track, what tells the two apart: the flags **collapsed** and **diverged** go to ``summary.json``
+(``health_flags``), the progress lines, the pytest cell and ``mebench report``; **restarted** comes
+from an attack's own loop (all defined below). The thresholds are heuristics; they never change a metric.
+See docs/guide/runs.md.
 """
+# A Track A substitute is trained by one fixed recipe (contract §8) on whatever D_B an attack
+# bought. On some query sets that recipe fails: SGD diverges and the substitute ends as a
+# constant predictor, and the checkpoint then reports chance-level agreement that says nothing
+# about what the queries teach. mebench keeps the number (the protocol is the protocol) and
+# records, per checkpoint and track, what a reader needs to tell the two apart:
+#
+# * ``pred_top_share``: the share of the test split the substitute gives its most frequent
+#   class, beside ``victim_top_share``, the victim's own (about 1/K on a balanced split);
+# * for Track A, the mean training loss over the first, the best and the last window of
+#   ``window`` steps (a tenth of the steps, at most 100), recorded on the device without a host
+#   synchronisation per step.
+#
+# Two flags are raised, each a sentence in ``summary.json`` (``health_flags``), a warning in the
+# run's progress lines and in the pytest cell, and a table in ``mebench report``:
+#
+# * **collapsed** (either track): ``pred_top_share >= COLLAPSE_SHARE`` while the victim's own
+#   top share is below ``VICTIM_SHARE_MAX``: the substitute answers (almost) one class for
+#   everything, the victim does not;
+# * **diverged** (Track A): the last window's mean loss exceeds the best window's by a factor of
+#   ``DIVERGE_FACTOR`` *and* by ``DIVERGE_MARGIN`` nats: the run learned, then lost it (a cosine
+#   schedule ends at learning rate 0, so a healthy run ends near its best).
+#
+# The thresholds are heuristics, chosen so that the constant predictors seen on real grids are
+# flagged and ordinary minibatch noise is not; they never change a metric.
+#
+# A third flag, **restarted**, comes from an attack's own loop rather than a checkpoint: a model
+# the attack trained (a JBDA round model, a knockoff, ...) reached a NaN or infinite loss and was
+# trained again from a fresh initialisation and batch order (``attack.divergence_restarts``,
+# ``mebench.attacks.base.train_fresh``); ``summary.json`` keeps each one in ``attack_restarts``.
 
 from __future__ import annotations
 

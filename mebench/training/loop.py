@@ -4,6 +4,7 @@ Data stay as tensors (on the training device when they fit); a step indexes a
 batch out of them: no DataLoader, no per-sample Python. Batches come from
 back-to-back random permutations of the data (every example once per epoch),
 drawn from an explicit ``torch.Generator`` so the order is reproducible.
+See docs/guide/performance.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,33 @@
 """Track A's 2x2 max-pooling, bit-identical to ``nn.MaxPool2d(2)`` and faster on the CPU.
 
-Profiling LeNet-5's Track A step (batch 128, one thread; ``docs/guide/performance.md``) shows
-the CPU kernel of ``max_pool2d_with_indices`` taking about a quarter of the step: 2.8 ms for the
-first pooling layer's 128x6x28x28 input, ~15x what a pass over that memory costs. This module
-computes the same values and the same argmax positions with a few element-wise tensor operations
-and hands the backward pass to PyTorch's own ``max_pool2d_with_indices_backward`` with those
-indices, so forward values, gradients and hence every trained weight are bit-identical
-(``contract_tests/test_track_a_fast.py``; the pinned ``metrics.csv`` digests are unchanged):
-
-- **ties**: PyTorch's kernel scans a window row by row and keeps the first maximum; here a row's
-  right element wins only if strictly greater, then the lower row only if strictly greater,
-  which selects the same (first) position;
-- **ReLU before the pooling** (LeNet-5's ``ReLU, MaxPool2d`` pairs) is moved after it: max and
-  ReLU commute, and the gradient reaches the same input position (a window whose maximum is
-  <= 0 passes no gradient either way), so the step pools before the (4x cheaper) ReLU.
-
-Only Track A's training copy of the substitute is changed (``mebench.training.fast``), on the CPU,
-and ``restore`` puts the original modules back before the model is scored or saved. Windows
-other than 2x2/stride 2/no padding, odd sizes, other devices and inputs that need no gradient
-use ``F.max_pool2d`` unchanged. A window holding a NaN gets the same (NaN) value but may send
-its gradient to another position; such a step's loss is NaN and Track A stops with
-``DivergenceError`` either way.
+The CPU kernel of ``max_pool2d_with_indices`` takes about a quarter of LeNet-5's Track A step; this
+module computes the same values and argmax positions with a few element-wise tensor operations and
+hands the backward pass to PyTorch's own kernel with those indices, so every trained weight is
+bit-identical (``contract_tests/test_track_a_fast.py``). Only Track A's training copy of the
+substitute is changed, on the CPU; the tie rule, the ReLU move and the fallbacks are below.
+See docs/guide/performance.md.
 """
+# Profiling LeNet-5's Track A step (batch 128, one thread; ``docs/guide/performance.md``) shows
+# the CPU kernel of ``max_pool2d_with_indices`` taking about a quarter of the step: 2.8 ms for the
+# first pooling layer's 128x6x28x28 input, ~15x what a pass over that memory costs. This module
+# computes the same values and the same argmax positions with a few element-wise tensor operations
+# and hands the backward pass to PyTorch's own ``max_pool2d_with_indices_backward`` with those
+# indices, so forward values, gradients and hence every trained weight are bit-identical
+# (``contract_tests/test_track_a_fast.py``; the pinned ``metrics.csv`` digests are unchanged):
+#
+# - **ties**: PyTorch's kernel scans a window row by row and keeps the first maximum; here a row's
+#   right element wins only if strictly greater, then the lower row only if strictly greater,
+#   which selects the same (first) position;
+# - **ReLU before the pooling** (LeNet-5's ``ReLU, MaxPool2d`` pairs) is moved after it: max and
+#   ReLU commute, and the gradient reaches the same input position (a window whose maximum is
+#   <= 0 passes no gradient either way), so the step pools before the (4x cheaper) ReLU.
+#
+# Only Track A's training copy of the substitute is changed (``mebench.training.fast``), on the CPU,
+# and ``restore`` puts the original modules back before the model is scored or saved. Windows
+# other than 2x2/stride 2/no padding, odd sizes, other devices and inputs that need no gradient
+# use ``F.max_pool2d`` unchanged. A window holding a NaN gets the same (NaN) value but may send
+# its gradient to another position; such a step's loss is NaN and Track A stops with
+# ``DivergenceError`` either way.
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 The run config's types (``mebench.config``) hold an ``OptimizerSpec``; keeping it in this
 torch-free module lets a config be read and checked, and its mistakes reported, before torch
 is imported (``mebench.training.loop`` re-exports both names and builds the optimizer).
+See docs/guide/configs.md.
 """
 
 from __future__ import annotations

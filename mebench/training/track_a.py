@@ -1,14 +1,11 @@
 """Track A, the Standard From-scratch Protocol (contract §8).
 
-For a checkpoint B: a fresh substitute initialised from ``substitute.init_seed``
-(the same weights at every checkpoint and for every run seed), a fresh
-optimizer and a fresh cosine LR schedule over S(B) = ceil(c * B) steps at the
-profile's batch size (128 by default), no augmentation, KL loss for
-``soft_prob`` and cross-entropy for ``hard_top1``, trained on D_B only.
-
-Track A is a pure function of (D_B, config): the batch order is drawn from a
-generator seeded with ``init_seed`` as well, so on the CPU the same D_B always
-gives bit-identical weights and metrics.
+For a checkpoint B: a fresh substitute initialised from ``substitute.init_seed`` (the same weights
+at every checkpoint and for every run seed), a fresh optimizer and cosine LR schedule over
+S(B) = ceil(c * B) steps at the profile's batch size (128 by default), no augmentation, KL loss for
+``soft_prob`` and cross-entropy for ``hard_top1``, trained on D_B only. The batch order is seeded
+with ``init_seed`` too, so on the CPU the same D_B always gives bit-identical weights and metrics.
+See docs/contract.md (§8).
 """
 
 from __future__ import annotations

@@ -1,27 +1,33 @@
 """Any model as a victim: mebench checkpoints, TorchScript, ONNX and Python callables (contract §4).
 
 ``victim.format`` names an entry of ``FORMATS`` (``mebench.victims.registry``, where a third-party
-format registers too), which says how ``victim.checkpoint_ref`` is read; the built-ins:
-
-- ``mebench``: a mebench victim checkpoint (``mebench.victims.load``), the only format that
-  carries an architecture;
-- ``torchscript``: a file for ``torch.jit.load``;
-- ``onnx``: a file run by onnxruntime (the optional extra ``[onnx]``);
-- ``callable``: ``"package.module:function"``; the function, called with no arguments, returns
-  an ``nn.Module`` or a function from a float batch to outputs.
-
-``victim.outputs`` says whether the model returns ``logits`` or ``probs`` (probabilities are
-turned into log-probabilities, whose softmax is the same vector); ``victim.layout`` whether a
-callable takes NCHW torch tensors (``nchw``) or NHWC numpy arrays (``nhwc``);
-``victim.normalizes`` whether the model normalizes its input itself (then it gets the [0, 1]
-pixels; otherwise mebench applies ``victim.normalization`` first, as for its own checkpoints).
-Whatever the format, the victim sits behind the same frozen, budgeted oracle.
-
-Before any work the model is probed on a batch of the profile's input shape: a file that is not
-the declared format, a callable that cannot be imported, outputs of the wrong shape, with NaN, or
-probabilities that do not sum to 1 are one ``VictimLoadError`` line. On start the engine measures
-the victim's throughput (``measure_throughput``) and warns below ``victim.throughput_floor``.
+format registers too), which says how ``victim.checkpoint_ref`` is read; ``victim.outputs``,
+``victim.layout`` and ``victim.normalizes`` say how to call it (below). Whatever the format, the
+victim sits behind the same frozen, budgeted oracle, and it is probed on a batch before any work:
+every way it can fail is one ``VictimLoadError`` line. See docs/extending/victim-format.md and
+docs/guide/victims.md.
 """
+# ``victim.format`` names an entry of ``FORMATS`` (``mebench.victims.registry``, where a third-party
+# format registers too), which says how ``victim.checkpoint_ref`` is read; the built-ins:
+#
+# - ``mebench``: a mebench victim checkpoint (``mebench.victims.load``), the only format that
+#   carries an architecture;
+# - ``torchscript``: a file for ``torch.jit.load``;
+# - ``onnx``: a file run by onnxruntime (the optional extra ``[onnx]``);
+# - ``callable``: ``"package.module:function"``; the function, called with no arguments, returns
+#   an ``nn.Module`` or a function from a float batch to outputs.
+#
+# ``victim.outputs`` says whether the model returns ``logits`` or ``probs`` (probabilities are
+# turned into log-probabilities, whose softmax is the same vector); ``victim.layout`` whether a
+# callable takes NCHW torch tensors (``nchw``) or NHWC numpy arrays (``nhwc``);
+# ``victim.normalizes`` whether the model normalizes its input itself (then it gets the [0, 1]
+# pixels; otherwise mebench applies ``victim.normalization`` first, as for its own checkpoints).
+# Whatever the format, the victim sits behind the same frozen, budgeted oracle.
+#
+# Before any work the model is probed on a batch of the profile's input shape: a file that is not
+# the declared format, a callable that cannot be imported, outputs of the wrong shape, with NaN, or
+# probabilities that do not sum to 1 are one ``VictimLoadError`` line. On start the engine measures
+# the victim's throughput (``measure_throughput``) and warns below ``victim.throughput_floor``.
 
 from __future__ import annotations
 

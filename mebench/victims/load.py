@@ -1,20 +1,24 @@
 """Victim checkpoints: saving, loading with ``weights_only=True`` and metadata (contract §4).
 
-A mebench victim checkpoint is a plain dict (safe to load with
-``weights_only=True``)::
-
-    {"format": "mebench-victim/1", "arch": "lenet5", "num_classes": 10,
-     "channels": 1, "input_size": [28, 28], "state_dict": {...}}
-
-holding the *unnormalized* network's weights; the normalization comes from the
-run config. A bare ``state_dict`` also loads when ``victim.arch`` is set.
-``PATH.json`` beside the checkpoint holds its metadata (test accuracy, recipe).
-
-Every way a file can fail to be a victim is one mebench error naming the file:
-``VictimLoadError`` for a damaged or foreign file, ``ConfigError`` where the
-config points at the wrong thing (a substitute's weights, a bare state_dict
-without ``victim.arch``, an ``arch`` the weights do not fit).
+A mebench victim checkpoint is a plain dict holding the *unnormalized* network's weights and its
+architecture (the layout is below); the normalization comes from the run config. ``PATH.json``
+beside it holds its metadata (test accuracy, recipe). Every way a file can fail to be a victim is
+one mebench error naming the file (``VictimLoadError`` or ``ConfigError``). See docs/guide/victims.md.
 """
+# A mebench victim checkpoint is a plain dict (safe to load with
+# ``weights_only=True``)::
+#
+#     {"format": "mebench-victim/1", "arch": "lenet5", "num_classes": 10,
+#      "channels": 1, "input_size": [28, 28], "state_dict": {...}}
+#
+# holding the *unnormalized* network's weights; the normalization comes from the
+# run config. A bare ``state_dict`` also loads when ``victim.arch`` is set.
+# ``PATH.json`` beside the checkpoint holds its metadata (test accuracy, recipe).
+#
+# Every way a file can fail to be a victim is one mebench error naming the file:
+# ``VictimLoadError`` for a damaged or foreign file, ``ConfigError`` where the
+# config points at the wrong thing (a substitute's weights, a bare state_dict
+# without ``victim.arch``, an ``arch`` the weights do not fit).
 
 from __future__ import annotations
 

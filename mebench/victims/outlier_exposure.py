@@ -1,18 +1,22 @@
 """Outlier Exposure for victim recipes (Hendrycks, Mazeika, Dietterich, ICLR 2019).
 
-A recipe with ``outlier_source`` set trains its victim on in-distribution batches with
-cross-entropy *plus* ``oe_lambda`` times a uniform-target loss on an equally large batch of
-outliers, so the victim learns low maximum softmax probabilities out of distribution. This is the
-victim Adaptive Misinformation's reference defends: sanjaykariyappa/adaptive_misinformation @
-c2a3e1b, ``admis/utils/model.py:121`` (``loss_OE = CXE_unif(outputs_all[batch:])``), ``:146``
-(``loss = loss_clean + oe_lamb * loss_OE``) and ``README.md:18`` (``--oe_lamb 1 -doe KMNIST``).
-Its maximum softmax probability is then a better out-of-distribution score for the defense's
-threshold τ (docs/defenses/adaptive_misinformation.md, "Deviations from the reference").
-
-The outlier set comes from ``mebench.defenses.outliers`` (a synthetic source, or a registered
-dataset that is not the victim's own); like the reference's OE loader, outlier batches are taken
-in order and restart when the set is exhausted (``admis/utils/model.py:111-115``).
+A recipe with ``outlier_source`` set trains its victim on in-distribution batches with cross-entropy
+*plus* ``oe_lambda`` times a uniform-target loss on an equally large batch of outliers (from
+``mebench.defenses.outliers``), the victim Adaptive Misinformation's reference defends (citations
+below). See docs/guide/victims.md and docs/defenses/adaptive_misinformation.md.
 """
+# A recipe with ``outlier_source`` set trains its victim on in-distribution batches with
+# cross-entropy *plus* ``oe_lambda`` times a uniform-target loss on an equally large batch of
+# outliers, so the victim learns low maximum softmax probabilities out of distribution. This is the
+# victim Adaptive Misinformation's reference defends: sanjaykariyappa/adaptive_misinformation @
+# c2a3e1b, ``admis/utils/model.py:121`` (``loss_OE = CXE_unif(outputs_all[batch:])``), ``:146``
+# (``loss = loss_clean + oe_lamb * loss_OE``) and ``README.md:18`` (``--oe_lamb 1 -doe KMNIST``).
+# Its maximum softmax probability is then a better out-of-distribution score for the defense's
+# threshold τ (docs/defenses/adaptive_misinformation.md, "Deviations from the reference").
+#
+# The outlier set comes from ``mebench.defenses.outliers`` (a synthetic source, or a registered
+# dataset that is not the victim's own); like the reference's OE loader, outlier batches are taken
+# in order and restart when the set is exhausted (``admis/utils/model.py:111-115``).
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Victim weights cannot be downloaded, so mebench ships recipes that train them
 reproducibly: a seeded step loop on the victim dataset's train split (tensors
 in memory, optional on-device random-crop + flip augmentation), cross-entropy,
 an optimizer with a cosine schedule, then the test accuracy is measured and
-written next to the checkpoint in ``PATH.json``.
+written next to the checkpoint in ``PATH.json``. See docs/guide/victims.md.
 """
 
 from __future__ import annotations

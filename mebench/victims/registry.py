@@ -1,15 +1,14 @@
 """``FORMATS``: how each ``victim.format`` is read (contract §4), one registered entry per format.
 
-A format is a small class: capabilities as data (does ``victim.checkpoint_ref`` name a file, does
-the file carry the whole victim, which ``victim.layout`` values it takes, which optional package it
-needs), read by validation, config path resolution and the run plan without importing torch; and
-hooks that load the model (``load``), check it before any work (``check``) and describe the format
-(``describe``). Built-ins: ``mebench``, ``torchscript``, ``onnx``, ``callable``; a third-party
-package adds one through the ``mebench.victim_formats`` entry-point group, its module decorated
-with ``@register_format`` (see ``examples/mebench_example/``).
-
-This module imports no torch: the hooks import ``mebench.victims.formats`` when called.
+A format is a small class: capabilities as data (read by validation, config path resolution and
+the run plan without importing torch) and hooks that load the model (``load``), check it before any
+work (``check``) and describe it (``describe``). Built-ins: ``mebench``, ``torchscript``, ``onnx``,
+``callable``; a third-party package adds one through the ``mebench.victim_formats`` entry-point
+group with ``@register_format`` (see ``examples/mebench_example/``). This module imports no torch:
+the hooks import ``mebench.victims.formats`` when called. See docs/extending/victim-format.md.
 """
+# A format's capabilities: does ``victim.checkpoint_ref`` name a file, does the file carry the whole
+# victim, which ``victim.layout`` values it takes, which optional package it needs.
 
 from __future__ import annotations
 

@@ -1,16 +1,21 @@
 """Per-epoch snapshots of a victim's weights, written beside its checkpoint.
 
-Adaptive Misinformation's reference trains the victim and the misinformation model in one loop and
-labels each outlier-exposure batch with the victim's *current* top class
-(sanjaykariyappa/adaptive_misinformation @ c2a3e1b, ``admis/utils/model.py:117-133``). A recipe
-with ``snapshots: true`` keeps the victim's weights after each epoch, so the defense's
-``oe_labels: joint`` option (``mebench.defenses.misinformation``) can label its OE batches with the
-victim's state at the matching point of its training instead of the final, frozen victim's.
-
-The file ``PATH.snapshots.pt`` holds plain tensors, lists and strings only (read with
-``torch.load(weights_only=True)``): ``{"format", "arch", "epochs", "steps", "state_dicts"}``, one
-state dict per completed epoch, the last one equal to the checkpoint's weights.
+A recipe with ``snapshots: true`` keeps the victim's weights after each epoch, so Adaptive
+Misinformation's ``oe_labels: joint`` option (``mebench.defenses.misinformation``) can label its OE
+batches with the victim's state at the matching point of its training, as the reference does (see
+below). ``PATH.snapshots.pt`` holds plain tensors, lists and strings only (``weights_only=True``),
+one state dict per completed epoch. See docs/guide/victims.md.
 """
+# Adaptive Misinformation's reference trains the victim and the misinformation model in one loop and
+# labels each outlier-exposure batch with the victim's *current* top class
+# (sanjaykariyappa/adaptive_misinformation @ c2a3e1b, ``admis/utils/model.py:117-133``). A recipe
+# with ``snapshots: true`` keeps the victim's weights after each epoch, so the defense's
+# ``oe_labels: joint`` option (``mebench.defenses.misinformation``) can label its OE batches with the
+# victim's state at the matching point of its training instead of the final, frozen victim's.
+#
+# The file ``PATH.snapshots.pt`` holds plain tensors, lists and strings only (read with
+# ``torch.load(weights_only=True)``): ``{"format", "arch", "epochs", "steps", "state_dicts"}``, one
+# state dict per completed epoch, the last one equal to the checkpoint's weights.
 
 from __future__ import annotations
 

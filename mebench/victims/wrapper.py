@@ -3,7 +3,7 @@
 Eval mode is *enforced* on every call, not trusted: if anything switched the
 model (or one of its submodules) back to training mode, the call puts it back
 in eval mode before the forward pass, so dropout is off and batch-norm running
-statistics never change.
+statistics never change. See docs/contract.md.
 """
 
 from __future__ import annotations
