@@ -70,7 +70,8 @@ class Dawn(Defense):
         out = scores.clone()
         top1 = scores.argmax(dim=1).tolist()
         k = scores.shape[1]
-        for i, image in enumerate(x):
+        images = x.detach().to("cpu", torch.float32).contiguous()  # one copy off the device per batch
+        for i, image in enumerate(images):
             d = self.digest(image)
             wrong = self.marks(d, top1[i], k)
             if wrong is None:
@@ -79,7 +80,7 @@ class Dawn(Defense):
             if d not in self._seen:
                 self._seen.add(d)
                 self._index.append(self.answered + i)
-                self._images.append(image.detach().to("cpu", torch.float32).clone())
+                self._images.append(image.clone())
                 self._labels.append(wrong)
         self.answered += len(x)
         return out
