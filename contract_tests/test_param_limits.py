@@ -1,7 +1,7 @@
 """Every numeric parameter of every registered plugin is finite and within its declared bound (issue 52;
 contract §15.2: a config mistake fails before work starts, naming key, value and rule).
 
-Driven by the registries, so a new attack, defense, probe or adaptive strategy is fuzzed the day it
+Driven by the registries, so a new attack, defense, probe, adaptive strategy or verifier is fuzzed the day it
 is registered: each numeric field gets NaN, +inf, -inf, a value beyond its bound, a wrong type, 0
 and -1, through ``build_params`` (the one door every plugin's ``Params`` pass) and the plugin's own
 ``check_params``; the result is either a valid ``Params`` or one ``ConfigError`` line naming the key.
@@ -21,8 +21,10 @@ from mebench.config.limits import upper_bound
 from mebench.defenses import DEFENSES
 from mebench.errors import ConfigError
 from mebench.probes import PROBES
+from mebench.verification import VERIFIERS
 
-REGISTRIES = {"attack.params": ATTACKS, "defense.params": DEFENSES, "measure": PROBES, "attack.adaptive": ADAPTIVE}
+REGISTRIES = {"attack.params": ATTACKS, "defense.params": DEFENSES, "measure": PROBES, "attack.adaptive": ADAPTIVE,
+              "verify": VERIFIERS}
 
 
 def _numeric_fields():
@@ -32,7 +34,7 @@ def _numeric_fields():
             params = getattr(cls, "Params", None)
             if params is None or not dataclasses.is_dataclass(params):
                 continue
-            full = f"{prefix}.{name}" if prefix == "measure" else prefix
+            full = f"{prefix}.{name}" if prefix in ("measure", "verify") else prefix
             for f in dataclasses.fields(params):
                 default = getattr(params(), f.name)
                 if isinstance(default, (int, float)) and not isinstance(default, bool):
@@ -48,6 +50,8 @@ def _check(prefix: str, cls, params) -> None:
         cls.check_params(params, 1000, (1000,))
     elif prefix == "defense.params":
         cls.check_params(params, "soft_prob")
+    elif prefix == "verify":
+        cls.check_params(params)
 
 
 # issue 52: NaN, infinities and values beyond the declared bound are refused in one line naming the key.

@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "where MNIST and FashionMNIST are fetched once)")
     q.add_argument("--threads", type=int, help="torch CPU threads (default: free CPUs, at most 8)")
     q.add_argument("--no-progress", action="store_true", help="no progress bars")
-    ls = sub.add_parser("list", help="registered attacks, adaptive strategies and defenses (paper, modes), measurement probes, datasets, models; victims")
+    ls = sub.add_parser("list", help="registered attacks, adaptive strategies and defenses (paper, modes), measurement probes, verification methods, datasets, models; victims")
     ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
 
@@ -394,7 +394,7 @@ def cmd_report(argv: Sequence[str]) -> int:
     return int(report_main(list(argv)) or 0)
 
 
-LIST_KINDS = ("attacks", "adaptive", "defenses", "probes", "datasets", "models", "victims")
+LIST_KINDS = ("attacks", "adaptive", "defenses", "probes", "verifiers", "datasets", "models", "victims")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -435,6 +435,14 @@ def cmd_list(args: argparse.Namespace) -> int:
                 params = ", ".join(f"{k}={v}" for k, v in vars(cls.Params()).items()) or "-"
                 when = "built in" if cls.runs_by_default else f"when named (measure.{name})"
                 print(f"  {name:<20} {when} [params: {params}; metrics: {', '.join(cls.metrics) or '-'}]")
+        elif kind == "verifiers":
+            from mebench.verification import VERIFIERS
+
+            for name in VERIFIERS.names():
+                cls = VERIFIERS.get(name)
+                params = ", ".join(f"{k}={v}" for k, v in vars(cls.Params()).items()) or "-"
+                needs = f"; behind defense '{cls.needs_defense}'" if cls.needs_defense else ""
+                print(f"  {name:<20} {cls.paper} [verify.{name} params: {params}; suspect answers: {cls.suspect_output}{needs}]")
         elif kind == "datasets":
             for name in PROFILES.names():
                 p = PROFILES.get(name)

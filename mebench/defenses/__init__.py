@@ -13,6 +13,7 @@ from mebench.defenses import prada as _prada  # noqa: F401
 from mebench.defenses import modelguard as _modelguard  # noqa: F401
 from mebench.defenses import stateful_knn as _stateful_knn  # noqa: F401
 from mebench.defenses import grad2 as _grad2  # noqa: F401
+from mebench.defenses import dawn as _dawn  # noqa: F401
 from mebench.defenses.base import DEFENDER_SEED, DEFENSES, Defense, DefenseContext, register_defense
 from mebench.defenses.output import Temperature
 from mebench.oracle import AnswerPipeline

@@ -1,0 +1,251 @@
+"""Ownership verification (issue 56, the method layer): every registered verifier, straight from the
+registry, so a new one is checked the day it is registered; DAWN's defense behind the oracle.
+
+Contract §1.1 and §14.1 bound what verification may do: the oracle is the only door to the victim
+and the attack's budget is the attack's, so a verifier queries the suspect only (counted by the
+``Suspect``), a watermarking defense's answers are charged like any other, and a negative model is
+trained on ground truth alone. §15.2: a verifier's parameters fail before any work, naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from mebench.cli import main
+from mebench.defenses import DEFENSES, build_answers, make_defense
+from mebench.defenses.dawn import Dawn
+from mebench.errors import BudgetExhausted, ConfigError
+from mebench.models.registry import build_model
+from mebench.oracle import Oracle
+from mebench.testing import _images
+from mebench.verification import VERIFIERS, OwnerData, Suspect, decide, make_verifier, negatives_needed
+from mebench.verification.negatives import train_negative, train_negatives
+from mebench.victims.wrapper import FrozenVictim
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE = (1, 8, 8)
+#: Small settings so each method prepares and scores in well under a second on the tiny world.
+FAST = {"dataset_inference": {"points": 30, "fit_points": 60, "walks": 5, "steps": 20, "noise": 0.02, "epochs": 200}}
+DAWN_TEST = {"rate": 0.2}
+
+
+def _model() -> torch.nn.Module:
+    return build_model("tiny_mlp", 1, 4, (8, 8), (0.5,), (0.25,))
+
+
+class _Counting(torch.nn.Module):
+    """A model that counts the images it is shown (the victim, to prove scoring never reaches it)."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net, self.seen = net, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen += len(x)
+        return self.net(x)
+
+
+@pytest.fixture(scope="module")
+def world():
+    """The owner's data (SYNTH), a victim that learned the private split, an independent model trained
+    on other SYNTH images, and, behind a ``dawn`` oracle, an extraction's clone and its defense."""
+    x, y = _images("SYNTH", True)
+    xt, yt = _images("SYNTH", False)
+    owner = OwnerData.from_uint8((x[:200], y[:200]), (xt[:200], yt[:200]))
+    victim_net = _Counting(train_negative(_model, owner.train_x, owner.train_y, seed=0, steps=600, fraction=1.0))
+    independent = train_negative(_model, x[1000:1200].float() / 255, y[1000:1200], seed=1, steps=400, fraction=1.0)
+    victim = FrozenVictim(victim_net, "cpu")
+    defense = make_defense("dawn", Dawn.Params(**DAWN_TEST), torch.Generator().manual_seed(0))
+    oracle = Oracle(build_answers(victim, 1.0, defense), "hard_top1", 200, SHAPE)
+    queries = _images("SYNTHSUR", True)[0][:200].float() / 255
+    answers = torch.cat([oracle.query(queries[i:i + 50]).y for i in range(0, 200, 50)])
+    clone = train_negative(_model, queries, answers, seed=2, steps=400, fraction=1.0, lr=1e-2)
+    return {"owner": owner, "victim": victim, "victim_net": victim_net, "independent": independent,
+            "defense": defense, "oracle": oracle, "clone": clone}
+
+
+def _verifier(name: str):
+    cls = VERIFIERS.get(name)
+    return make_verifier(name, cls.Params(**FAST.get(name, {})))
+
+
+def _derived(world, name: str) -> torch.nn.Module:
+    """The positive: the victim itself, or for a method that reads its defense's marks (DAWN) the clone
+    an extraction trained on those marked answers (the victim never answers its own watermarks)."""
+    return world["clone"] if VERIFIERS.get(name).needs_defense else copy.deepcopy(world["victim_net"].net)
+
+
+# every verifier: named as registered, a paper, its authors' code at a commit, typed defaults that pass
+# its own rules (§15.2), and a docs page that cites that commit.
+@pytest.mark.parametrize("name", VERIFIERS.names())
+def test_every_verifier_declares_itself(name):
+    cls = VERIFIERS.get(name)
+    assert cls.name == name and cls.paper and "@" in cls.reference
+    assert cls.suspect_output in ("label", "logits")
+    assert cls.needs_defense is None or cls.needs_defense in DEFENSES
+    assert dataclasses.is_dataclass(cls.Params) and dataclasses.is_dataclass(cls.Params())
+    cls.check_params(cls.Params())
+    page = ROOT / "docs" / "verification" / f"{name}.md"
+    assert page.is_file(), f"verifier {name}: no page docs/verification/{name}.md"
+    assert cls.reference.split("@")[1] in page.read_text(encoding="utf-8"), f"{page} does not cite the commit"
+    assert f"verification/{name}.md" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+
+
+# contract §14.1 (issue 56): every verifier prepares on the owner's side and scores a suspect by
+# querying the suspect alone, exactly the images it declares; the victim is not shown one image and
+# the oracle's count does not move while it scores; a model derived from the victim scores above an
+# independently trained one.
+@pytest.mark.parametrize("name", VERIFIERS.names())
+def test_every_verifier_scores_the_derived_model_above_an_independent_one(world, name):
+    verifier, oracle, victim_net = _verifier(name), world["oracle"], world["victim_net"]
+    used = oracle.queries_used
+    state = verifier.prepare(world["victim"], world["owner"], torch.Generator().manual_seed(0), world["defense"])
+    seen = victim_net.seen
+    scores = {}
+    for kind, model in (("derived", _derived(world, name)), ("independent", world["independent"])):
+        suspect = Suspect(model)
+        scores[kind] = verifier.score(state, suspect)
+        assert isinstance(scores[kind], float) and math.isfinite(scores[kind]), (name, kind, scores[kind])
+        assert suspect.queries == verifier.suspect_queries(state) > 0, (name, kind)
+    assert victim_net.seen == seen and oracle.queries_used == used
+    assert scores["derived"] > scores["independent"], (name, scores)
+
+
+# issue 56: the owner's key is fixed by its generator, so every suspect meets the same queries.
+@pytest.mark.parametrize("name", VERIFIERS.names())
+def test_every_verifier_is_deterministic_given_its_generator(world, name):
+    verifier, suspect_model = _verifier(name), world["independent"]
+    first, second = (verifier.score(verifier.prepare(world["victim"], world["owner"], torch.Generator().manual_seed(3),
+                                                     world["defense"]), Suspect(suspect_model)) for _ in range(2))
+    assert first == second
+
+
+# contract §1.1 (issue 56): DAWN is an ordinary defense behind the oracle: one image is one query whether
+# or not its answer is watermarked, at odd remainders too, and a batch that would overdraw is refused
+# whole by both oracles.
+@pytest.mark.parametrize("mode", ["soft_prob", "hard_top1"])
+def test_dawn_answers_are_charged_like_any_other(world, mode):
+    victim = world["victim"]
+    plain = Oracle(build_answers(victim, 1.0, None), mode, 101, SHAPE)
+    dawn = make_defense("dawn", Dawn.Params(rate=0.3), torch.Generator().manual_seed(0))
+    defended = Oracle(build_answers(victim, 1.0, dawn), mode, 101, SHAPE)
+    images = torch.rand(101, *SHAPE, generator=torch.Generator().manual_seed(1))
+    start = 0
+    for n in (7, 13, 1, 29, 50, 1):
+        x = images[start:start + n]
+        a, b = plain.query(x).y, defended.query(x).y
+        start += n
+        assert plain.queries_used == defended.queries_used == start
+        labels = (a.argmax(1), b.argmax(1)) if mode == "soft_prob" else (a, b)
+        marked = labels[0] != labels[1]
+        assert int(marked.sum()) == len(dawn.watermarks(start)[1]) - len(dawn.watermarks(start - n)[1])
+    for oracle in (plain, defended):
+        with pytest.raises(BudgetExhausted):
+            oracle.query(images[:2])
+        assert oracle.queries_used == 101
+    assert dawn.answered == 101 and 0 < len(dawn.watermarks()[1]) < 101
+
+
+# issue 56: DAWN marks a share of about `rate` of the queries, decided by the key and the image alone:
+# a repeated image gets the same wrong label (recorded once), another key marks other images, the
+# wrong label is never the victim's, and the soft answer is the victim's with two entries swapped.
+def test_dawn_marks_by_key_and_image(world):
+    victim = world["victim"]
+    x = torch.rand(4000, *SHAPE, generator=torch.Generator().manual_seed(5))
+    probs = victim.probs(x)
+
+    def defended(key: str) -> tuple[Dawn, torch.Tensor]:
+        d = make_defense("dawn", Dawn.Params(rate=0.05, key=key), torch.Generator())
+        return d, d.apply(probs, x)
+
+    d, out = defended("owner")
+    marked = (out != probs).any(1)
+    assert abs(float(marked.float().mean()) - 0.05) < 0.015
+    assert torch.equal(out.sort(1).values, probs.sort(1).values)
+    assert bool((out[marked].argmax(1) != probs[marked].argmax(1)).all())
+    images, labels = d.watermarks()
+    assert torch.equal(images, x[marked]) and torch.equal(labels, out[marked].argmax(1))
+    again = d.apply(probs[:100], x[:100])
+    assert torch.equal(again, out[:100]) and len(d.watermarks()[1]) == int(marked.sum())
+    assert d.answered == 4100
+    _, other = defended("someone else")
+    assert not torch.equal((other != probs).any(1), marked)
+
+
+# issue 56: the DAWN verifier reads the run's dawn defense and nothing else; with fewer watermarks
+# served than it needs, it has no evidence (-inf) and sends nothing.
+def test_dawn_verifier_needs_its_defense_and_enough_watermarks(world):
+    verifier = make_verifier("dawn")
+    with pytest.raises(ValueError, match="'dawn' defense"):
+        verifier.prepare(world["victim"], world["owner"], torch.Generator(), None)
+    state = verifier.prepare(world["victim"], world["owner"], torch.Generator(), world["defense"], upto=0)
+    suspect = Suspect(world["clone"])
+    assert verifier.score(state, suspect) == -math.inf and suspect.queries == verifier.suspect_queries(state) == 0
+
+
+# contract §1.1 (issue 56): a negative model never sees a victim answer: the helper takes images and
+# ground-truth labels only, and while it trains no victim and no oracle can answer.
+def test_negatives_train_on_ground_truth_and_never_call_the_victim(world, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a negative model asked the victim")
+
+    for target, attr in ((FrozenVictim, "logits"), (FrozenVictim, "probs"), (Oracle, "query")):
+        monkeypatch.setattr(target, attr, refuse)
+    owner, victim_net = world["owner"], world["victim_net"]
+    seen = victim_net.seen
+    negatives = train_negatives(_model, owner.public_x, owner.public_y, count=2, seed=10, steps=300)
+    assert victim_net.seen == seen and len(negatives) == 2
+    for model in negatives:
+        with torch.no_grad():
+            assert float((model(owner.public_x).argmax(1) == owner.public_y).float().mean()) > 0.8
+    with torch.no_grad():
+        assert not torch.equal(negatives[0](owner.public_x), negatives[1](owner.public_x))
+
+
+# issue 56: scores become TPR at FPR <= 1 % and 0.1 % against the negatives; a rate is resolved only
+# with at least 1 / FPR negatives (100 and 1,000).
+def test_decisions_at_one_and_a_tenth_percent_need_their_negatives():
+    assert negatives_needed(0.01) == 100 and negatives_needed(0.001) == 1000
+    positives = [0.9, 0.95, 0.3]
+    few = decide(positives, [i / 1000 for i in range(100)], n_boot=50)
+    assert few["0.01"]["resolved"] and not few["0.001"]["resolved"]
+    assert few["0.01"]["negatives_needed"] == 100 and few["0.001"]["negatives_needed"] == 1000
+    many = decide(positives, [i / 2000 for i in range(1000)], n_boot=50)
+    assert many["0.01"]["resolved"] and many["0.001"]["resolved"]
+    assert many["0.01"]["tpr"] == pytest.approx(2 / 3) and many["0.01"]["fpr"] <= 0.01
+    assert few["0.01"]["tpr_ci95"] is not None
+
+
+# contract §15.2: a verifier's parameter out of range is one ConfigError naming verify.<name>.<field>.
+@pytest.mark.parametrize("name,field,value", [("akh", "queries", 0), ("sac", "queries", 1),
+                                              ("dataset_inference", "noise", 0.0), ("dataset_inference", "walks", 1),
+                                              ("dawn", "min_watermarks", 0)])
+def test_bad_verifier_params_name_their_key(name, field, value):
+    cls = VERIFIERS.get(name)
+    with pytest.raises(ConfigError) as err:
+        cls.check_params(dataclasses.replace(cls.Params(), **{field: value}))
+    assert err.value.key == f"verify.{name}.{field}" and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("params,key", [({"rate": 0.0}, "rate"), ({"rate": 1.0}, "rate"), ({"precision": 0}, "precision"),
+                                        ({"key": ""}, "key"), ({"rate": 1e-6, "precision": 8}, "rate")])
+def test_bad_dawn_settings_name_their_key(params, key):
+    # contract §15.2: the defense's rules
+    with pytest.raises(ConfigError) as err:
+        Dawn.check_params(Dawn.Params(**params), "soft_prob")
+    assert err.value.key == f"defense.params.{key}"
+
+
+# issue 56: `mebench list verifiers` names each method with its paper and what the suspect must answer.
+def test_list_verifiers(capsys):
+    assert main(["list", "verifiers"]) == 0
+    out = capsys.readouterr().out
+    for name in VERIFIERS.names():
+        line = next(line for line in out.splitlines() if line.split() and line.split()[0] == name)
+        assert VERIFIERS.get(name).paper in line and VERIFIERS.get(name).suspect_output in line
