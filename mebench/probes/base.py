@@ -1,20 +1,20 @@
 """What a measurement is to the engine: a ``Probe`` that hears the run's events (issue 35).
 
-The engine drives one seed's query loop and tells every probe of the run, in registry order:
-
-- ``start(world)`` once the shared world and the oracle are built, before the query store and the
-  attack are (so nothing a probe draws can reach the attack's randomness);
-- ``checkpoint(world, budget, emit)`` at every checkpoint B; a probe that scores a substitute
-  (Track A, Track B) hands it to ``emit``, which writes its ``metrics.csv`` row and tells every
-  probe ``substitute(world, scored)`` at once (health and transferability measure it there);
-- ``finish(world)`` after the last query, when the seed completed.
-
-A probe keeps its own numbers: ``measurements()`` are its long-format rows for
-``measurements.csv`` (``MEASUREMENT_COLUMNS``), ``summary()`` its ``summary.json`` section(s),
-``write(seed_dir, final)`` any file of its own (e.g. ``transfer.csv``), ``timings`` its seconds.
-A probe class declares its ``name``, its typed ``Params`` (a frozen dataclass, read from the
-config's ``measure.<name>`` section), the ``metrics`` it reports and when it ``applies``.
+The engine drives one seed's query loop and tells every probe of the run, in registry order, the
+events listed in the comment below. See docs/extending/probe.md.
 """
+# - ``start(world)`` once the shared world and the oracle are built, before the query store and the
+#   attack are (so nothing a probe draws can reach the attack's randomness);
+# - ``checkpoint(world, budget, emit)`` at every checkpoint B; a probe that scores a substitute
+#   (Track A, Track B) hands it to ``emit``, which writes its ``metrics.csv`` row and tells every
+#   probe ``substitute(world, scored)`` at once (health and transferability measure it there);
+# - ``finish(world)`` after the last query, when the seed completed.
+#
+# A probe keeps its own numbers: ``measurements()`` are its long-format rows for
+# ``measurements.csv`` (``MEASUREMENT_COLUMNS``), ``summary()`` its ``summary.json`` section(s),
+# ``write(seed_dir, final)`` any file of its own (e.g. ``transfer.csv``), ``timings`` its seconds.
+# A probe class declares its ``name``, its typed ``Params`` (a frozen dataclass, read from the
+# config's ``measure.<name>`` section), the ``metrics`` it reports and when it ``applies``.
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ At the largest checkpoint, Track A's D_B is trained again from ``inits`` other i
 (batch order unchanged) and each model is scored like Track A and, when transferability is
 measured, by the same transfer and fidelity rows (its own evaluator, drawn from the same seeded
 streams as the transfer probe's, so the image subset is the same). Rows in ``init_variance.csv``.
+See docs/transferability.md.
 """
 
 from __future__ import annotations

@@ -5,14 +5,14 @@ another distribution (a surrogate pool, augmented copies), and a defense that si
 inputs (Adaptive Misinformation) changes them far more. This probe watches every answered batch
 of the oracle (a passive step at the end of the answer pipeline, after the defense) and compares
 the defended answer with the undefended one (the reference pipeline, not charged to any budget):
-
-- ``stream_l1``: mean over answered queries of the L1 distance ||p_defended - p_undefended||_1
-  (summed over classes; 0-2);
-- ``stream_label_change``: share of answered queries whose defended top-1 is not the undefended one.
-
-Both are cumulative at each checkpoint B (the first B answered queries) and go to
-``measurements.csv`` (track ``-``) and ``summary.json`` ``defense.stream_utility``.
+two metrics, listed in the comment below. See docs/defenses/index.md.
 """
+# - ``stream_l1``: mean over answered queries of the L1 distance ||p_defended - p_undefended||_1
+#   (summed over classes; 0-2);
+# - ``stream_label_change``: share of answered queries whose defended top-1 is not the undefended one.
+#
+# Both are cumulative at each checkpoint B (the first B answered queries) and go to
+# ``measurements.csv`` (track ``-``) and ``summary.json`` ``defense.stream_utility``.
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ Track A trains a fresh substitute with the fixed recipe on D_B, the first B reco
 log; Track B asks the attack for its own substitute (if it keeps one). Each hands its scored
 model to the engine's ``emit``, which writes the ``metrics.csv`` row (contract §16.2 columns) and
 lets the other probes (health, transferability) measure it.
+See docs/contract.md.
 """
 
 from __future__ import annotations

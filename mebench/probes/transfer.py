@@ -5,6 +5,7 @@ cosine) in ``fidelity.csv``.
 
 A thin adapter: every number comes from ``TransferEvaluator``'s public API (``reference_rows``,
 ``rows``); this probe only decides when it is called and where its rows go.
+See docs/transferability.md.
 """
 
 from __future__ import annotations

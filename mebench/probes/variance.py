@@ -1,16 +1,16 @@
 """The init-variance probe: how much Track A's fixed initialization moves each metric.
-
-Track A starts every checkpoint and every run seed from the same weights
-(``substitute.init_seed``, contract §8), so the spread over run seeds leaves the initialization
-out, while on a fixed query set the init alone can move transfer success widely (issue 44). With ``measure.init_variance.inits: k`` the largest checkpoint's D_B is used
-again to train Track A from ``k`` other initializations: the weights come from ``init_seeds``
-(derived from ``init_seed``, the same for every run seed, never the fixed init nor the victim
-recipe's seed) while the batch order stays Track A's, so only the initialization varies. Each
-model is scored like Track A (agreement, accuracy, KL and L1 for soft labels) and, when
-transferability is measured, by the same transfer and fidelity rows. Rows go to
-``init_variance.csv`` (long format, ``INIT_VARIANCE_COLUMNS``); the contract's fixed init stays the
-one headline numbers use.
+See docs/transferability.md.
 """
+# Track A starts every checkpoint and every run seed from the same weights
+# (``substitute.init_seed``, contract §8), so the spread over run seeds leaves the initialization
+# out, while on a fixed query set the init alone can move transfer success widely (issue 44). With ``measure.init_variance.inits: k`` the largest checkpoint's D_B is used
+# again to train Track A from ``k`` other initializations: the weights come from ``init_seeds``
+# (derived from ``init_seed``, the same for every run seed, never the fixed init nor the victim
+# recipe's seed) while the batch order stays Track A's, so only the initialization varies. Each
+# model is scored like Track A (agreement, accuracy, KL and L1 for soft labels) and, when
+# transferability is measured, by the same transfer and fidelity rows. Rows go to
+# ``init_variance.csv`` (long format, ``INIT_VARIANCE_COLUMNS``); the contract's fixed init stays the
+# one headline numbers use.
 
 from __future__ import annotations
 

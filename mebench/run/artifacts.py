@@ -6,6 +6,7 @@ columns, long format) and ``final_substitute.ckpt``; the timestamp folder also
 gets ``aggregate.csv`` (mean ± std over seeds). Every file is written to a
 temporary file in the same folder, flushed, fsynced and renamed over the target,
 so a crash never leaves half a file.
+See docs/guide/runs.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The query loop and its lifecycle events (contract §7, §14.3; issue 35: plan -> world -> loop -> probes).
-
-``run(cfg)`` validates the config, resolves one plan per seed (``mebench.run.plan``), builds what all
-seeds share (``mebench.run.world.prepare``) and runs every seed. A seed builds its world (oracle,
-query store, pool, attack), tells the plan's probes (``mebench.probes``) ``start``, lets the
-attack propose batches that the oracle answers and the store records, tells them ``checkpoint``
-at every B (Track A and B score substitutes there and ``emit`` them to the others) and
-``finish`` after the last query. The engine never asks what kind of attack it runs, nor what a
-probe measures; it writes ``metrics.csv`` (§16.2), ``measurements.csv`` and ``summary.json``.
+See docs/architecture.md.
 """
+# ``run(cfg)`` validates the config, resolves one plan per seed (``mebench.run.plan``), builds what all
+# seeds share (``mebench.run.world.prepare``) and runs every seed. A seed builds its world (oracle,
+# query store, pool, attack), tells the plan's probes (``mebench.probes``) ``start``, lets the
+# attack propose batches that the oracle answers and the store records, tells them ``checkpoint``
+# at every B (Track A and B score substitutes there and ``emit`` them to the others) and
+# ``finish`` after the last query. The engine never asks what kind of attack it runs, nor what a
+# probe measures; it writes ``metrics.csv`` (§16.2), ``measurements.csv`` and ``summary.json``.
 
 from __future__ import annotations
 

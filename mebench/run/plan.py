@@ -1,20 +1,20 @@
 """What one seed-run runs, resolved once: ``resolve(cfg, seed) -> RunPlan`` (issue 35).
-
-A config says what the user typed; a plan says what runs: the attack and its typed parameters
-*with every default filled in*, the defense(s) likewise, the output and data modes, the
-attacker's pool (its source, size and the distinct images the attack needs), the Track A
-recipe, the input shape, the victim's identity (including the SHA-256 of its file, so a
-retrained victim is a different plan), the budget and the measurement probes with their parameters (``mebench.probes``). The plan is
-frozen; ``summary.json`` stores ``plan.to_dict()`` and ``plan_hash`` (SHA-256 of its canonical
-JSON), and ``--resume`` keeps a stored result only when its plan hash, the code identity
-(``mebench.support.identity``) and the torch thread count equal the ones that would run now
-(``stale_reason``).
-
-Not in the plan, on purpose: the run name, the output folder, the device and the cache
-settings (where and how a run is stored, not what it computes; the device and threads are
-recorded in ``summary.json``'s ``machine``). This module imports no torch at module level;
-``resolve`` loads the registries (attacks, defenses, datasets), which do.
+See docs/guide/resume.md.
 """
+# A config says what the user typed; a plan says what runs: the attack and its typed parameters
+# *with every default filled in*, the defense(s) likewise, the output and data modes, the
+# attacker's pool (its source, size and the distinct images the attack needs), the Track A
+# recipe, the input shape, the victim's identity (including the SHA-256 of its file, so a
+# retrained victim is a different plan), the budget and the measurement probes with their parameters (``mebench.probes``). The plan is
+# frozen; ``summary.json`` stores ``plan.to_dict()`` and ``plan_hash`` (SHA-256 of its canonical
+# JSON), and ``--resume`` keeps a stored result only when its plan hash, the code identity
+# (``mebench.support.identity``) and the torch thread count equal the ones that would run now
+# (``stale_reason``).
+#
+# Not in the plan, on purpose: the run name, the output folder, the device and the cache
+# settings (where and how a run is stored, not what it computes; the device and threads are
+# recorded in ``summary.json``'s ``machine``). This module imports no torch at module level;
+# ``resolve`` loads the registries (attacks, defenses, datasets), which do.
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 the tail of ``summary.json`` the query loop itself measured; and the seed's line in
 ``<output_dir>/run_metadata.jsonl``. Kept apart from ``mebench.run.engine``, which only runs the loop
 and its probe events.
+See docs/guide/runs.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """``--resume``'s one rule, for grid cells and ``mebench run`` seeds alike (issues 35 and 43).
-
-A stored seed folder is kept only when its files are whole (``summary.json`` parses and says
-``complete``; ``metrics.csv`` has exactly the §16.2 header, whole rows and a Track A row at every
-checkpoint) and it is a result of what would run now: the same plan hash, code identity and
-torch thread count (``mebench.run.plan.stale_reason``). Otherwise it is run again, and the caller
-prints :attr:`Verdict.reason` (one line). ``--keep-stale`` keeps a whole but stale folder
-instead, and :func:`mark_kept_stale` writes ``resume: {kept_stale: true, reason}`` into its
-``summary.json`` so every reader can tell. Torch-free except for the atomic writer it calls.
+See docs/guide/resume.md.
 """
+# A stored seed folder is kept only when its files are whole (``summary.json`` parses and says
+# ``complete``; ``metrics.csv`` has exactly the §16.2 header, whole rows and a Track A row at every
+# checkpoint) and it is a result of what would run now: the same plan hash, code identity and
+# torch thread count (``mebench.run.plan.stale_reason``). Otherwise it is run again, and the caller
+# prints :attr:`Verdict.reason` (one line). ``--keep-stale`` keeps a whole but stale folder
+# instead, and :func:`mark_kept_stale` writes ``resume: {kept_stale: true, reason}`` into its
+# ``summary.json`` so every reader can tell. Torch-free except for the atomic writer it calls.
 
 from __future__ import annotations
 

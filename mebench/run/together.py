@@ -1,20 +1,20 @@
 """Seeds together: the seeds of one run query in turn and train Track A as one stacked model.
-
-``mebench run --seeds-together on`` (``engine.run(..., seeds_together=True)``) runs every seed of the
-run in its own thread, but only one at a time: a seed runs its query loop up to the next
-checkpoint B, hands its D_B to the group and passes the turn on; the last seed to arrive trains
-Track A for all of them at once (``mebench.training.track_a.train_seeds_together``, one
-``vmap``-ed model) and each seed goes on scoring its own substitute. The global RNGs (Python,
-NumPy, torch) are saved and restored at every hand-over, so each seed draws exactly the numbers
-it draws when run alone; only Track A's summation order differs (bounded by
-``contract_tests/test_track_a_batched.py``).
-
-Whether it pays depends on the device (``DEFAULT_ON``, from ``benchmarks/perf/test_seeds_together.py``,
-records in ``results/perf/``): on the CPU three stacked seeds take as long as three seeds one by
-one, so the default there is off. On CUDA the stacked seeds train as one captured graph
-(``mebench.training.graphed``); the default there turns on once the GPU check's committed record
-(``benchmarks/gpu/check.sh``, ``results/perf/gpu/``) shows them faster than one by one; until then it is off.
+See docs/guide/performance.md.
 """
+# ``mebench run --seeds-together on`` (``engine.run(..., seeds_together=True)``) runs every seed of the
+# run in its own thread, but only one at a time: a seed runs its query loop up to the next
+# checkpoint B, hands its D_B to the group and passes the turn on; the last seed to arrive trains
+# Track A for all of them at once (``mebench.training.track_a.train_seeds_together``, one
+# ``vmap``-ed model) and each seed goes on scoring its own substitute. The global RNGs (Python,
+# NumPy, torch) are saved and restored at every hand-over, so each seed draws exactly the numbers
+# it draws when run alone; only Track A's summation order differs (bounded by
+# ``contract_tests/test_track_a_batched.py``).
+#
+# Whether it pays depends on the device (``DEFAULT_ON``, from ``benchmarks/perf/test_seeds_together.py``,
+# records in ``results/perf/``): on the CPU three stacked seeds take as long as three seeds one by
+# one, so the default there is off. On CUDA the stacked seeds train as one captured graph
+# (``mebench.training.graphed``); the default there turns on once the GPU check's committed record
+# (``benchmarks/gpu/check.sh``, ``results/perf/gpu/``) shows them faster than one by one; until then it is off.
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ images and the splits a defense or a probe reads. Per seed, ``make_oracle``, ``m
 ``build_pool`` and ``make_attack`` build the oracle (the only door to the victim), the query
 store, the attacker's pool and the attack; ``World`` holds them for the loop and the probes
 (``mebench.probes``). Nothing here runs a query or scores a substitute.
+See docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -5,23 +5,23 @@ not predict transfer (issue 44's audit of MNIST substitutes found no positive ra
 between them, and a strong one with the two measurements below). An L∞ perturbation of 0.2–0.3
 moves an image well off the data manifold, so the measurements beside agreement look there, per
 checkpoint substitute:
-
-- ``agreement_uniform_noise``: agreement with the victim's top-1 on images of i.i.d. uniform
-  pixels in [0, 1];
-- ``agreement_untrained_generator``: the same on the images of DFME's generator at a seeded
-  initialization, never trained. This is the null control of the ``data_free`` mode
-  (``untrained_generator``), and it is used as the off-manifold control for every data mode:
-  the pool modes' null control (``random``) queries pool images, which are on a data manifold,
-  so they would not measure the behaviour off it;
-- ``grad_cosine``: the mean over the transfer subset's test images (those the victim classifies
-  correctly) of the cosine between the substitute's and the victim's input gradients of the
-  cross-entropy at the victim's label, the direction FGSM and PGD follow.
-
-Every image set is drawn once per run seed from its own generator (``generator(seed,
-"fidelity/...")``), so a value does not depend on which rows ran before it. The victim is
-reached through the evaluation path, never the oracle: nothing is charged to the budget. Rows
-are long format (``fidelity.csv``, ``FIDELITY_COLUMNS``), one per (checkpoint, track, measure).
+See docs/transferability.md.
 """
+# - ``agreement_uniform_noise``: agreement with the victim's top-1 on images of i.i.d. uniform
+#   pixels in [0, 1];
+# - ``agreement_untrained_generator``: the same on the images of DFME's generator at a seeded
+#   initialization, never trained. This is the null control of the ``data_free`` mode
+#   (``untrained_generator``), and it is used as the off-manifold control for every data mode:
+#   the pool modes' null control (``random``) queries pool images, which are on a data manifold,
+#   so they would not measure the behaviour off it;
+# - ``grad_cosine``: the mean over the transfer subset's test images (those the victim classifies
+#   correctly) of the cosine between the substitute's and the victim's input gradients of the
+#   cross-entropy at the victim's label, the direction FGSM and PGD follow.
+#
+# Every image set is drawn once per run seed from its own generator (``generator(seed,
+# "fidelity/...")``), so a value does not depend on which rows ran before it. The victim is
+# reached through the evaluation path, never the oracle: nothing is charged to the budget. Rows
+# are long format (``fidelity.csv``, ``FIDELITY_COLUMNS``), one per (checkpoint, track, measure).
 
 from __future__ import annotations
 

@@ -3,22 +3,22 @@
 One independent model's transfer depends strongly on its recipe and seed (issue 44 found a
 threefold difference on MNIST between Track A's recipe and the victim's own), so the reference
 is an ensemble read as mean and spread (``reference_specs``):
-
-- member 0: Track A's recipe over the whole training split with its true labels, from
-  ``substitute.init_seed`` (the single reference mebench used before);
-- member 1: the victim's own recipe (``PATH.json``'s ``recipe``: optimizer, batch size, epochs)
-  for the substitute's architecture, from the recipe's seed + 1 (never the victim's own
-  initialization); when the victim records no usable recipe, Track A's recipe from another seed;
-- members 2…: Track A's recipe from seeds derived from ``init_seed`` (``derive_seed``).
-
-Each model costs minutes (S(N) steps over the whole training split) and does not depend on the run
-seed, so its weights are kept in the machine-wide cache (``mebench.support.cachedir``, kind
-``reference``), keyed by the training spec, device, torch threads, a fingerprint of the data and
-the code identity: a code change never reuses an entry. Entries are written atomically and read
-with ``torch.load(weights_only=True)``; an entry that cannot be read or does not fit the model is
-trained again and rewritten, never trusted. Processes that miss the same entry at once (Ray tasks
-on one node) train it once: the others wait on the entry's lock and load it (``mebench.support.fitcache``).
+See docs/transferability.md.
 """
+# - member 0: Track A's recipe over the whole training split with its true labels, from
+#   ``substitute.init_seed`` (the single reference mebench used before);
+# - member 1: the victim's own recipe (``PATH.json``'s ``recipe``: optimizer, batch size, epochs)
+#   for the substitute's architecture, from the recipe's seed + 1 (never the victim's own
+#   initialization); when the victim records no usable recipe, Track A's recipe from another seed;
+# - members 2…: Track A's recipe from seeds derived from ``init_seed`` (``derive_seed``).
+#
+# Each model costs minutes (S(N) steps over the whole training split) and does not depend on the run
+# seed, so its weights are kept in the machine-wide cache (``mebench.support.cachedir``, kind
+# ``reference``), keyed by the training spec, device, torch threads, a fingerprint of the data and
+# the code identity: a code change never reuses an entry. Entries are written atomically and read
+# with ``torch.load(weights_only=True)``; an entry that cannot be read or does not fit the model is
+# trained again and rewritten, never trusted. Processes that miss the same entry at once (Ray tasks
+# on one node) train it once: the others wait on the entry's lock and load it (``mebench.support.fitcache``).
 
 from __future__ import annotations
 

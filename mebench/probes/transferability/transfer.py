@@ -4,45 +4,45 @@ For a checkpoint substitute (Track A or B), untargeted L∞ adversarial examples
 the substitute (FGSM; PGD with a fixed number of steps, a step size and a random start) for a
 fixed, seeded subset of the victim's test split restricted to images the victim classifies
 correctly, and scored on the victim:
-
-- ``success_rate``: the share of those images the victim misclassifies (transfer success);
-- ``substitute_success_rate``: the share the substitute itself misclassifies (white-box), among
-  the ``substitute_n_images`` images it classifies as the victim does before the attack (an
-  image the substitute already gets wrong is no success of the attack; counting it let a
-  substitute that agrees with the victim on few images score near 1).
-
-Every rate is independent of which rows ran before it (contract §10): the image subset has its
-own generator (``generator(seed, "transfer")`` in the engine), and PGD's random starts come from
-a generator seeded per (run seed, ``checkpoint_B``, track, method) (``pgd_generator``), so the
-rows may be evaluated in any order, resumed or skipped without changing a number.
-
-Reference rows per method and ε place the numbers (``checkpoint_B`` 0): the attack crafted on
-the victim itself (track ``victim``, the white-box upper bound) and on each member of an
-ensemble of models of the substitute's architecture trained on the victim's own training data
-with its true labels (track ``independent``, column ``member``; ``mebench.probes.transferability.refcache``: trained once
-per machine and code identity).
-
-Every row is repeated over a list of ε (a success-vs-ε curve; ε 0.3 sits at the ceiling on
-MNIST, where white-box PGD reaches 1.0, and ε 0.2 separates substitutes far better). The list
-is the profile's ``transfer_eps_curve`` unless ``measure.transfer.eps`` names one; PGD's step size
-stays proportional to ε as the profile defines it (``pgd_alpha`` at ``transfer_eps``, e.g.
-0.01 at 0.3: 40 steps of ε/30), and its step count is the profile's ``pgd_steps``. The
-profile's ``transfer_headline_eps`` (0.2 on MNIST-like data) is the one a leaderboard shows.
-ε, steps and step size are written with every row. The victim is reached through
-this evaluation path, never through the oracle: nothing here is charged to the budget and the
-attack never sees it. Rows go to ``transfer.csv`` (long format), so ``metrics.csv`` keeps
-exactly the contract's columns; the fidelity rows ``rows`` returns beside them
-(``mebench.probes.transferability.fidelity``) go to ``fidelity.csv`` (``write_records``).
-
-Carlini–Wagner L2 (``cw``; Carlini & Wagner, *Towards Evaluating the Robustness of Neural Networks*,
-IEEE S&P 2017) is a minimum-norm attack with no ε: it is crafted once per substitute (``cw_l2``: Adam
-in tanh space on ``||δ||² + c·max(Z_y − max_{i≠y} Z_i, −κ)``, a binary search over ``c`` per
-image), and its rows share the ε axis of FGSM and PGD by clipping that perturbation into each L∞
-ε-ball, plus one row at ε 1, where nothing is clipped (the plain CW example). Its cost is kept small
-by default (``TransferSettings.cw_*``: 3 binary-search steps of 50 Adam steps, ``c`` from 1, κ 0, the
-same image subset); ``steps`` in a CW row is binary steps × steps, ``alpha`` the Adam learning rate,
-``seconds`` counts the shared crafting on the row of the first ε.
+See docs/transferability.md.
 """
+# - ``success_rate``: the share of those images the victim misclassifies (transfer success);
+# - ``substitute_success_rate``: the share the substitute itself misclassifies (white-box), among
+#   the ``substitute_n_images`` images it classifies as the victim does before the attack (an
+#   image the substitute already gets wrong is no success of the attack; counting it let a
+#   substitute that agrees with the victim on few images score near 1).
+#
+# Every rate is independent of which rows ran before it (contract §10): the image subset has its
+# own generator (``generator(seed, "transfer")`` in the engine), and PGD's random starts come from
+# a generator seeded per (run seed, ``checkpoint_B``, track, method) (``pgd_generator``), so the
+# rows may be evaluated in any order, resumed or skipped without changing a number.
+#
+# Reference rows per method and ε place the numbers (``checkpoint_B`` 0): the attack crafted on
+# the victim itself (track ``victim``, the white-box upper bound) and on each member of an
+# ensemble of models of the substitute's architecture trained on the victim's own training data
+# with its true labels (track ``independent``, column ``member``; ``mebench.probes.transferability.refcache``: trained once
+# per machine and code identity).
+#
+# Every row is repeated over a list of ε (a success-vs-ε curve; ε 0.3 sits at the ceiling on
+# MNIST, where white-box PGD reaches 1.0, and ε 0.2 separates substitutes far better). The list
+# is the profile's ``transfer_eps_curve`` unless ``measure.transfer.eps`` names one; PGD's step size
+# stays proportional to ε as the profile defines it (``pgd_alpha`` at ``transfer_eps``, e.g.
+# 0.01 at 0.3: 40 steps of ε/30), and its step count is the profile's ``pgd_steps``. The
+# profile's ``transfer_headline_eps`` (0.2 on MNIST-like data) is the one a leaderboard shows.
+# ε, steps and step size are written with every row. The victim is reached through
+# this evaluation path, never through the oracle: nothing here is charged to the budget and the
+# attack never sees it. Rows go to ``transfer.csv`` (long format), so ``metrics.csv`` keeps
+# exactly the contract's columns; the fidelity rows ``rows`` returns beside them
+# (``mebench.probes.transferability.fidelity``) go to ``fidelity.csv`` (``write_records``).
+#
+# Carlini–Wagner L2 (``cw``; Carlini & Wagner, *Towards Evaluating the Robustness of Neural Networks*,
+# IEEE S&P 2017) is a minimum-norm attack with no ε: it is crafted once per substitute (``cw_l2``: Adam
+# in tanh space on ``||δ||² + c·max(Z_y − max_{i≠y} Z_i, −κ)``, a binary search over ``c`` per
+# image), and its rows share the ε axis of FGSM and PGD by clipping that perturbation into each L∞
+# ε-ball, plus one row at ε 1, where nothing is clipped (the plain CW example). Its cost is kept small
+# by default (``TransferSettings.cw_*``: 3 binary-search steps of 50 Adam steps, ``c`` from 1, κ 0, the
+# same image subset); ``steps`` in a CW row is binary steps × steps, ``alpha`` the Adam learning rate,
+# ``seconds`` counts the shared crafting on the row of the first ε.
 
 from __future__ import annotations
 
