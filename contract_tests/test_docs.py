@@ -8,6 +8,7 @@ names the code identities and victim builds it comes from.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -180,3 +181,17 @@ def test_results_hold_data_and_studies_import_no_test():
     for script in (root / "studies").rglob("*.py"):
         text = script.read_text()
         assert "contract_tests" not in text.replace("contract_tests/", ""), script
+
+
+# issue 55: one page lists every key of a seed's record, a cell's record and a grid's record, so a new
+# key cannot appear in the records without its line (checked on committed records of both layouts).
+def test_the_records_page_lists_every_key():
+    page = (ROOT / "docs" / "guide" / "records.md").read_text()
+    listed = set(re.findall(r"`([a-z_0-9]+)`", page))
+    cell = next((ROOT / "results" / "leaderboard-mnist").glob("*/result.json"))
+    summary = json.loads((cell.parent / "summary.json").read_text())
+    record = json.loads(cell.read_text())
+    report = json.loads(next((ROOT / "results").rglob("report.json")).read_text())
+    missing = (set(summary) | set(record) | set(report)) - listed
+    assert not missing, f"docs/guide/records.md does not list: {sorted(missing)}"
+    assert "summary_sha256" in record and "metrics_rows" not in record  # committed cells point, never copy

@@ -26,6 +26,8 @@ import yaml
 
 from mebench.models.registry import build_model
 from mebench.victims.load import save_victim
+from mebench.report.paths import resolve_stored
+from mebench.report.records import full
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "examples" / "mebench_example"
@@ -209,6 +211,7 @@ def test_example_attack_runs_in_the_grid(data_root, site, victim, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "1 passed" in done.stdout, done.stdout[-3000:]
     (cell,) = json.loads(report.read_text())["cells"]
+    cell = full(cell, resolve_stored(cell["artifacts_dir"], report))  # report.json points at the cell's files
     assert cell["id"] == "ex-example_noise-data_free-soft_prob-s0" and cell["status"] == "passed"
     assert cell["summary"]["queries_used"] == 128
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from mebench.harness.session import BenchOptions, device_for_worker
 from mebench.report.paths import resolve_stored
+from mebench.report.records import full
 
 pytest_plugins = ["pytester"]
 
@@ -88,12 +89,15 @@ def collected_ids(result: pytest.RunResult) -> set[str]:
 
 
 def cells_by_id(path: Path) -> dict[str, dict]:
-    """The report's cells by id, each ``artifacts_dir`` resolved from report.json's folder (it is stored relative)."""
+    """The report's cells by id, each ``artifacts_dir`` resolved from report.json's folder (it is stored
+    relative) and its summary, rows and config read back from that folder (report.json points at them)."""
     cells = {c["id"]: c for c in json.loads(path.read_text())["cells"]}
-    for c in cells.values():
+    for cid, c in cells.items():
         if c.get("artifacts_dir"):
             assert not Path(c["artifacts_dir"]).is_absolute()  # issue 43: report.json survives moving runs/
             c["artifacts_dir"] = str(resolve_stored(c["artifacts_dir"], path))
+            assert "metrics_rows" not in c and "summary_sha256" in c  # issue 55: no copies in report.json
+            cells[cid] = full(c, Path(c["artifacts_dir"]))
     return cells
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 import pytest
 
 from mebench.harness.grid import Cell
+from mebench.report.records import slim
 from mebench.support.serial import jsonable
 
 if TYPE_CHECKING:
@@ -188,7 +189,9 @@ class CellRecorder:
         if self.update_hook is not None:
             self.update_hook(config=self.config, cell=c, record=record)
         record = jsonable(record, finite=False)  # NaN stays a float here; the JSON writers drop it
-        artifacts.atomic_write_json(self.artifacts_dir / "result.json", record)
+        # the file points at summary.json, metrics.csv and run_config.yaml instead of copying them; the
+        # record the controller gets keeps the copies for the session's report and summary table
+        artifacts.atomic_write_json(self.artifacts_dir / "result.json", slim(record, self.artifacts_dir))
         if self.item is not None:
             self.item.user_properties.append((RECORD_KEY, record))
         return record

@@ -70,7 +70,7 @@ class JsonReport:
         self.config.hook.pytest_mebench_update_json(config=self.config, report=report)
         from mebench.report.paths import portable_grid_report  # paths relative to report.json: runs/ can move
 
-        artifacts.atomic_write_json(path, portable_grid_report(report, path))
+        artifacts.atomic_write_json(path, portable_grid_report(slim_cells(report), path))
         artifacts.write_aggregate_csv(aggregate_csv, report["aggregate"])
         self.report, self.report_path = report, path
         if self.options.report_dir is not None:
@@ -195,3 +195,13 @@ def _crashed(report: pytest.TestReport) -> bool:
     """A report pytest-xdist made for an item whose worker died (``when`` is "???"; the longrepr says
     "worker 'gwN' crashed while running ...")."""
     return report.failed and report.when not in ("setup", "call", "teardown") and "crashed" in str(report.longrepr)
+
+
+def slim_cells(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as ``report.json`` stores it: each cell that has a folder points at its files
+    (``mebench.report.records.slim``) instead of copying its summary, rows and config."""
+    from mebench.report.records import slim
+
+    return {**report, "cells": [slim(c, Path(c["artifacts_dir"])) if c.get("artifacts_dir") else c
+                                for c in report.get("cells") or []]}
+

@@ -408,10 +408,12 @@ class RayLoop:
                 atomic_write_bytes(directory / name, data)
         if record is None:
             return None
-        record = {**record, "nodeid": item.nodeid, "artifacts_dir": str(directory),
+        from mebench.report.records import full, slim
+
+        record = {**full(record, directory), "nodeid": item.nodeid, "artifacts_dir": str(directory),
                   "artifacts": {n: str(directory / n) for n in sorted(files) if n != "result.json" and not n.startswith(".")},
                   "worker": f"ray:{outcome['where']}", "resumed": False}
-        atomic_write_json(directory / "result.json", record)
+        atomic_write_json(directory / "result.json", slim(record, directory))
         return record
 
 

@@ -202,14 +202,16 @@ class BenchSession(RunFolders, JsonReport):
         verdict = self.resume_verdict(cell) if verdict is None else verdict
         if not verdict.keep:
             return None
+        from mebench.report.records import full, slim
+
         directory = self.cells_dir / cell.id
-        rec = read_json(directory / "result.json")
+        rec = full(read_json(directory / "result.json"), directory)  # the copies read from the cell's files
         if verdict.stale and verdict.reason and verdict.summary is not None:
             summary = mark_kept_stale(directory, verdict.summary, verdict.reason)
             rec = {**rec, "summary": summary, RESUME_KEY: summary[RESUME_KEY]}
             from mebench.run import artifacts
 
-            artifacts.atomic_write_json(directory / "result.json", rec)
+            artifacts.atomic_write_json(directory / "result.json", slim(rec, directory))
         return {**rec, "resumed": True}
 
     def resume_verdict(self, cell: Cell) -> "Verdict":
@@ -227,8 +229,9 @@ class BenchSession(RunFolders, JsonReport):
             return Verdict(False, "result.json is missing or not valid JSON")
         if rec.get("status") != "passed":
             return Verdict(False, f"its last run ended {rec.get('status')!r}")
-        on_disk, recorded = read_json(directory / "summary.json"), rec.get("summary") or {}
-        if on_disk and any(on_disk.get(k) != recorded.get(k) for k in ("plan_hash", "code_identity", "completed_at")):
+        from mebench.report.records import matches_folder
+
+        if not matches_folder(rec, directory):
             # a rerun wrote summary.json and was stopped before result.json: the two are of different runs
             return Verdict(False, "result.json and summary.json come from different runs (an interrupted rerun)")
         return decide(check_folder(directory, cell.plan, code_identity(), self.expected_threads()),

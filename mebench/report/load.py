@@ -47,6 +47,8 @@ import pandas as pd
 
 from mebench.run.artifacts import METRICS_COLUMNS
 from mebench.metricspec import METRIC_NAMES
+from mebench.report.paths import resolve_stored
+from mebench.report.records import full
 from mebench.report.folders import (NO_SUMMARY, completion_time, is_grid_cell, leftover_cache, metric_problem, read_config,
                                     read_metrics, read_probe, read_summary, result_problem, seed_folders)
 
@@ -277,6 +279,8 @@ def pytest_json_records(doc: Mapping[str, Any], source: str = "") -> list[RunRec
         outcome = cell.get("status", cell.get("outcome"))
         if outcome == "skipped" and not cell.get("metrics_rows"):
             continue
+        if cell.get("artifacts_dir") and source:  # a slim cell: its summary, rows and config from its folder
+            cell = full(cell, resolve_stored(str(cell["artifacts_dir"]), source))
         summary = dict(cell.get("summary") or {})
         completed, completed_from = completion_time({"completed_at": summary.get("completed_at") or created},
                                                     Path(source))
