@@ -17,7 +17,7 @@ import torch
 
 from mebench.errors import ConfigError
 from mebench.config.validation import validate
-from mebench.victims.formats import build_victim
+from mebench.victims.registry import build_victim
 from mebench.victims.registry import FORMATS, VictimFormat, reads_file, register_format
 from mebench.victims.wrapper import FrozenVictim
 

@@ -13,16 +13,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mebench"
 
-#: Circles still in the code (issue 55's run wing takes them apart). The plan resolves the probes'
-#: parameters and the probes reach back to config rules and the world; transferability's crafting,
-#: fidelity and probes import one another. The victim format registry's hooks call into the formats module, which reads
-#: the registry's tables.
-KNOWN_CIRCLES = [
-    frozenset({"mebench.run.plan", "mebench.config.validation", "mebench.probes.transferability.fidelity", "mebench.probes",
-               "mebench.probes.defense", "mebench.probes.health", "mebench.probes.init_variance",
-               "mebench.probes.tracks", "mebench.probes.transfer", "mebench.probes.transferability.transfer", "mebench.run.world"}),
-    frozenset({"mebench.victims.formats", "mebench.victims.registry"}),
-]
+#: Circles still in the code: none. (The run wing's knot went when the probes stopped importing the
+#: world, transferability's when the input gradient moved to fidelity, the victims' when the format
+#: registry took over building and checking a victim and the formats module stopped reading it.)
+KNOWN_CIRCLES: list[frozenset[str]] = []
 
 
 def modules() -> dict[str, Path]:

@@ -18,7 +18,8 @@ from mebench.run import engine
 from mebench.run.plan import resolve, site
 from mebench.errors import ConfigError, SlowVictimWarning, VictimLoadError
 from mebench.config.validation import validate
-from mebench.victims.formats import build_victim, export_victim, measure_throughput, throughput_warning
+from mebench.victims.formats import export_victim, measure_throughput, throughput_warning
+from mebench.victims.registry import build_victim
 from mebench.victims.wrapper import FrozenVictim
 
 CALLABLES = '''

@@ -86,7 +86,7 @@ def check_files_exist(cfg: RunConfig, config_dir: Optional[Path] = None, data_ro
 
 def check_victim_loads(cfg: RunConfig) -> None:
     """The victim file loads and answers a probe batch (``check_paths``'s second half; imports torch)."""
-    from mebench.victims.formats import check_victim
+    from mebench.victims.registry import check_victim
 
     ref = cfg.victim.checkpoint_ref
     try:

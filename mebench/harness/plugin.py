@@ -196,6 +196,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
             terminalreporter.write_line(line)
 
 
+def loadgroup_works() -> bool:
+    """Whether pytest-xdist's ``--dist loadgroup`` groups here: its workers append the group to each
+    item's ``_nodeid``, which pytest 9.2 no longer reads (a node id is built from ``_id``), so with
+    pytest-xdist up to 3.8.0 every cell lands on any worker."""
+    from _pytest import nodes
+    import xdist
+
+    fixed = tuple(int(p) for p in xdist.__version__.split(".")[:3] if p.isdigit()) > (3, 8, 0)
+    return fixed or "_nodeid" in getattr(nodes.Node, "__slots__", ())
+
+
 def _group_seeds(config: pytest.Config, on: bool) -> None:
     """``--seeds-together``: not with ``--ray`` (a task runs one cell); under ``-n`` pytest-xdist must keep a
     group's cells on one worker (loadgroup)."""
@@ -209,6 +220,12 @@ def _group_seeds(config: pytest.Config, on: bool) -> None:
         raise pytest.UsageError("--seeds-together groups cells in one pytest process: not with --ray")
     if not getattr(opt, "numprocesses", None):
         return
+    if not loadgroup_works():
+        import xdist
+
+        raise pytest.UsageError(f"--seeds-together under -n needs pytest-xdist's --dist loadgroup, which pytest-xdist "
+                                f"{xdist.__version__} cannot apply with pytest {pytest.__version__} (it renames node ids "
+                                "that pytest 9.2 no longer reads): run without -n, or install pytest<9.2")
     dist = getattr(opt, "dist", "no")
     if dist in ("no", "load"):
         opt.dist = "loadgroup"

@@ -7,13 +7,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from mebench.defenses import DEFENSES, build_answers
 from mebench.defenses.detection import Detector, benign_streams, feed
 from mebench.defenses.utility import utility_cost
 from mebench.probes.base import Emit, Probe, register_probe
-from mebench.run.world import World, defense_for
+
+if TYPE_CHECKING:
+    from mebench.run.world import World
 
 
 @register_probe("defense_utility")
@@ -34,7 +36,7 @@ class DefenseUtility(Probe):
 
     def start(self, world: World) -> None:
         prep = world.prep
-        own = defense_for(world.plan, prep, world.seed, "defense_utility")
+        own = world.defense("defense_utility")
         self.section["utility"] = utility_cost(build_answers(prep.victim, world.plan.victim.temperature, own),
                                                prep.answers, prep.evaluator)
         self.section["fitted"] = own.describe()  # resolved params and what was fitted (e.g. the outlier source)
@@ -105,7 +107,7 @@ class Detection(Probe):
             sources.append((f"{self.params.benign_dataset}-test", prep.split(self.params.benign_dataset, False)[0]))
         benign = []
         for source, k, images in benign_streams(sources, world.plan.max_budget, self.params.benign_streams, seed):
-            fresh = defense_for(plan, prep, seed, f"defense_benign:{source}:{k}")
+            fresh = world.defense(f"defense_benign:{source}:{k}")
             answers = build_answers(prep.victim, plan.victim.temperature, fresh)
             feed(fresh, images, lambda xb: answers.probs(xb), world.plan.checkpoints, prep.device)
             benign.append({"source": source, "stream": k, **fresh.record()})

@@ -3,11 +3,13 @@ Track A's loss curve, with the flags they raise; an attack's divergence restarts
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mebench.probes.base import Probe, Scored, measurement, register_probe
 from mebench.training.health import assess, restart_flag
-from mebench.run.world import World
+
+if TYPE_CHECKING:
+    from mebench.run.world import World
 
 #: Numeric keys of a health record written to ``measurements.csv`` (present ones only).
 HEALTH_METRICS = ("pred_top_share", "victim_top_share", "loss_first", "loss_last", "loss_best", "loss_window")

@@ -13,13 +13,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mebench.run import artifacts
 from mebench.probes import variance as init_variance
 from mebench.probes.base import Emit, Probe, register_probe
 from mebench.probes.transferability.transfer import evaluator_for, victim_seeds
-from mebench.run.world import World, make_track_a_trainer, probe_params
+
+if TYPE_CHECKING:
+    from mebench.run.world import World
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,8 @@ class InitVariance(Probe):
         if budget != max(world.plan.checkpoints):
             return
         t0 = time.perf_counter()
-        trainer = make_track_a_trainer(world.plan, world.prep) if world.trainer is None else world.trainer
-        transfer = probe_params(world.plan, "transfer")
+        trainer = world.track_a_trainer()
+        transfer = world.probe_params("transfer")
         evaluator = evaluator_for(transfer, world.prep, world.seed) if transfer is not None else None
         x, y = world.state.store.prefix(budget, world.prep.device)
         self.rows = init_variance.measure(trainer, x, y, world.prep.evaluator, world.seed, self.params.inits,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from tqdm.auto import tqdm
@@ -22,7 +22,9 @@ from mebench.support.progress import Ticker, interval_of
 from mebench.support.runinfo import peak_rss_mib
 from mebench.training.health import LossCurve
 from mebench.types import CheckpointResult
-from mebench.run.world import World, make_track_a_trainer
+
+if TYPE_CHECKING:
+    from mebench.run.world import World
 
 
 @register_probe("track_b")
@@ -67,7 +69,7 @@ class TrackA(Probe):
         self.trainer: Any = None
 
     def start(self, world: World) -> None:
-        self.trainer = make_track_a_trainer(world.plan, world.prep) if world.trainer is None else world.trainer
+        self.trainer = world.track_a_trainer()
 
     def checkpoint(self, world: World, budget: int, emit: Emit) -> None:
         t0 = time.perf_counter()

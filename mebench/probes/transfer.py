@@ -13,11 +13,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mebench.probes.base import Probe, Scored, register_probe
 from mebench.probes.transferability.transfer import evaluator_for, write_records
-from mebench.run.world import World, reference_for
+
+if TYPE_CHECKING:
+    from mebench.run.world import World
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Transfer(Probe):
         prep = world.prep  # the victim through the evaluation path: never the oracle, never the attack
         self.evaluator = evaluator_for(self.params, prep, world.seed)
         t0 = time.perf_counter()
-        references = reference_for(world.plan, world.site, prep, self.params.references)  # the cell's own ensemble
+        references = world.references(self.params.references)  # the cell's own ensemble
         self.rows += self.evaluator.reference_rows(world.seed, references)
         self.timings["transfer"] += time.perf_counter() - t0
 

@@ -44,7 +44,8 @@ from mebench.state import EngineState
 from mebench.training.track_a import TrackASpec, TrackATrainer
 from mebench.support.serial import jsonable
 from mebench.probes.transferability.transfer import reference_models
-from mebench.victims.formats import build_victim, measure_throughput, throughput_warning
+from mebench.victims.formats import measure_throughput, throughput_warning
+from mebench.victims.registry import build_victim
 from mebench.victims.wrapper import FrozenVictim
 
 DISCLAIMER_9 = (
@@ -358,3 +359,21 @@ class World:
     @property
     def seed(self) -> int:
         return self.plan.seed
+
+    # What the probes build from the world (they never import this module at run time, so the
+    # probes, the plan and the world import no circle).
+    def track_a_trainer(self) -> TrackATrainer:
+        """The harness's Track A trainer, else a fresh one for the plan (§8)."""
+        return make_track_a_trainer(self.plan, self.prep) if self.trainer is None else self.trainer
+
+    def defense(self, purpose: str) -> Defense:
+        """A fresh instance of the run's defense, seeded from ``(seed, purpose)`` (``defense_for``)."""
+        return defense_for(self.plan, self.prep, self.seed, purpose)
+
+    def references(self, k: int) -> list[torch.nn.Module]:
+        """The ``k``-model independent reference ensemble (``reference_for``)."""
+        return reference_for(self.plan, self.site, self.prep, k)
+
+    def probe_params(self, name: str) -> Any:
+        """The typed parameters of probe ``name`` in the plan, ``None`` when it does not run."""
+        return probe_params(self.plan, name)

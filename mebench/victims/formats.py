@@ -45,7 +45,6 @@ from torch import nn
 from mebench.errors import ConfigError, VictimLoadError
 from mebench.support.extras import missing_message
 from mebench.models.registry import Normalized
-from mebench.victims.registry import FORMATS, LAYOUTS, OUTPUTS
 
 PROBE_BATCH = 8
 PROB_TOLERANCE = 1e-3
@@ -160,31 +159,6 @@ def sha256_of(path: str) -> str:
     return sha256_file(path)
 
 
-def build_victim(v: Any, num_classes: int) -> tuple[nn.Module, dict[str, Any]]:
-    """The victim as a module taking [0, 1] pixels and returning logits, with its §4 metadata."""
-    fmt = FORMATS.get(v.format)
-    if fmt.whole_victim:  # normalization, logits and metadata come with the file
-        model, meta = fmt.load(v, num_classes)
-        meta.update({"format": v.format, "input_layout": "nchw"})
-        return model, meta
-    net, meta = fmt.load(v, num_classes)
-    model = net if v.normalizes else Normalized(net, v.normalization.mean, v.normalization.std)
-    probe(model, v, num_classes)
-    if v.outputs == "probs":
-        model = LogProbs(model)
-    meta = {
-        "victim_id": v.victim_id, "format": v.format, "checkpoint_ref": str(v.checkpoint_ref),
-        "input_size": list(v.input_size), "channels": v.channels, "input_layout": v.layout,
-        "outputs": v.outputs, "normalizes_inside": v.normalizes,
-        "normalization": None if v.normalizes else {"mean": list(v.normalization.mean),
-                                                    "std": list(v.normalization.std)},
-        "output_modes_supported": list(v.output_modes_supported), "arch": None,
-        "temperature": v.temperature, "oracle_profile": v.oracle_profile, "zoo": v.zoo,
-        "checkpoint_sha256": None, **meta,
-    }
-    return model, meta
-
-
 def probe(model: nn.Module, v: Any, num_classes: int) -> None:
     """Run the victim on a batch of the profile's input shape; one line for every way it can fail."""
     shape = (PROBE_BATCH, v.channels, *v.input_size)
@@ -221,25 +195,6 @@ def failure_cause(error: BaseException) -> str:
     if len(lines) > 1 and any(ln.startswith("Traceback of TorchScript") for ln in lines):
         lines = [lines[0], lines[-1]]
     return " ".join(lines)
-
-
-@lru_cache(maxsize=16)
-def _checked(v: Any, num_classes: int, stamp: tuple) -> None:
-    build_victim(v, num_classes)
-
-
-def check_victim(v: Any, num_classes: int) -> None:
-    """Raise what ``build_victim`` would raise, before any work (the format's ``check`` hook)."""
-    FORMATS.get(v.format).check(v, num_classes)
-
-
-def check_by_building(v: Any, num_classes: int) -> None:
-    """Build and probe the victim once per file version (``VictimFormat.check``'s default)."""
-    stamp: tuple = ()
-    if FORMATS.get(v.format).reads_file:
-        st = Path(v.checkpoint_ref).stat()
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-    _checked(v, num_classes, stamp)
 
 
 def measure_throughput(forward: Callable[[torch.Tensor], Any], input_shape: tuple[int, ...],
@@ -316,6 +271,5 @@ def export_victim(checkpoint: Path, fmt: str, out: Path) -> Path:
     return out
 
 
-__all__ = ["FORMATS", "OUTPUTS", "LAYOUTS", "build_victim", "check_victim", "probe", "measure_throughput",
-           "throughput_warning", "export_victim", "import_callable", "FunctionVictim", "OnnxVictim", "load_torchscript",
-           "load_callable", "check_by_building", "checkpoint_network"]
+__all__ = ["probe", "measure_throughput", "throughput_warning", "export_victim", "import_callable", "FunctionVictim",
+           "OnnxVictim", "LogProbs", "load_torchscript", "load_callable", "checkpoint_network"]

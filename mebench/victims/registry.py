@@ -12,6 +12,7 @@ the hooks import ``mebench.victims.formats`` when called. See docs/extending/vic
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Optional
 
@@ -51,8 +52,6 @@ class VictimFormat:
     def check(cls, v: Any, num_classes: int) -> None:
         """Raise what building the victim would raise, before any work (default: build and probe it
         once per file version)."""
-        from mebench.victims.formats import check_by_building
-
         check_by_building(v, num_classes)
 
     @classmethod
@@ -87,6 +86,55 @@ def reads_file(name: str) -> bool:
     """Whether format ``name``'s ``victim.checkpoint_ref`` names a file; an unknown name counts as
     one (validation reports the unknown format by itself)."""
     return name not in FORMATS or FORMATS.get(name).reads_file
+
+
+def build_victim(v: Any, num_classes: int) -> tuple["nn.Module", dict[str, Any]]:
+    """The victim as a module taking [0, 1] pixels and returning logits, with its §4 metadata: the
+    format's ``load``, then (unless it holds the whole victim) the config's normalization, a probe batch
+    and log-probabilities (``mebench.victims.formats``)."""
+    from mebench.models.registry import Normalized
+    from mebench.victims.formats import LogProbs, probe
+
+    fmt = FORMATS.get(v.format)
+    if fmt.whole_victim:  # normalization, logits and metadata come with the file
+        model, meta = fmt.load(v, num_classes)
+        meta.update({"format": v.format, "input_layout": "nchw"})
+        return model, meta
+    net, meta = fmt.load(v, num_classes)
+    model = net if v.normalizes else Normalized(net, v.normalization.mean, v.normalization.std)
+    probe(model, v, num_classes)
+    if v.outputs == "probs":
+        model = LogProbs(model)
+    meta = {
+        "victim_id": v.victim_id, "format": v.format, "checkpoint_ref": str(v.checkpoint_ref),
+        "input_size": list(v.input_size), "channels": v.channels, "input_layout": v.layout,
+        "outputs": v.outputs, "normalizes_inside": v.normalizes,
+        "normalization": None if v.normalizes else {"mean": list(v.normalization.mean),
+                                                    "std": list(v.normalization.std)},
+        "output_modes_supported": list(v.output_modes_supported), "arch": None,
+        "temperature": v.temperature, "oracle_profile": v.oracle_profile, "zoo": v.zoo,
+        "checkpoint_sha256": None, **meta,
+    }
+    return model, meta
+
+
+@lru_cache(maxsize=16)
+def _checked(v: Any, num_classes: int, stamp: tuple) -> None:
+    build_victim(v, num_classes)
+
+
+def check_victim(v: Any, num_classes: int) -> None:
+    """Raise what ``build_victim`` would raise, before any work (the format's ``check`` hook)."""
+    FORMATS.get(v.format).check(v, num_classes)
+
+
+def check_by_building(v: Any, num_classes: int) -> None:
+    """Build and probe the victim once per file version (``VictimFormat.check``'s default)."""
+    stamp: tuple = ()
+    if FORMATS.get(v.format).reads_file:
+        st = Path(v.checkpoint_ref).stat()
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+    _checked(v, num_classes, stamp)
 
 
 @register_format
@@ -178,4 +226,5 @@ class CallableFormat(VictimFormat):
         return {"format": cls.name, "checkpoint_ref": f"{name}:network"}
 
 
-__all__ = ["FORMATS", "LAYOUTS", "OUTPUTS", "VictimFormat", "reads_file", "register_format"]
+__all__ = ["FORMATS", "LAYOUTS", "OUTPUTS", "VictimFormat", "build_victim", "check_by_building", "check_victim",
+           "reads_file", "register_format"]

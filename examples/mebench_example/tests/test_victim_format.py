@@ -8,7 +8,7 @@ import mebench_example.victim_format  # noqa: F401  (registers example_npz; inst
 from mebench.errors import ConfigError
 from mebench.testing import synthetic_config, synthetic_victim
 from mebench.config.validation import validate
-from mebench.victims.formats import build_victim
+from mebench.victims.registry import build_victim
 from mebench.victims.registry import FORMATS
 from mebench.victims.wrapper import FrozenVictim
 

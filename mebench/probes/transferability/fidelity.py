@@ -39,6 +39,15 @@ MEASURES: tuple[str, ...] = ("agreement_uniform_noise", "agreement_untrained_gen
 N_OFF_MANIFOLD = 1000
 
 
+def input_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """∇ₓ of the cross-entropy at label ``y``: the direction FGSM and PGD follow, and what
+    ``grad_cosine`` compares (``mebench.probes.transferability.transfer`` imports it from here)."""
+    x = x.detach().clone().requires_grad_(True)
+    loss = F.cross_entropy(model(x), y)
+    (grad,) = torch.autograd.grad(loss, x)
+    return grad
+
+
 def uniform_noise(n: int, shape: tuple[int, ...], seed: int) -> torch.Tensor:
     """``n`` images of i.i.d. uniform pixels in [0, 1], from the run seed's own stream."""
     return torch.rand((n, *shape), generator=generator(seed, "fidelity/uniform"))
@@ -61,8 +70,6 @@ def untrained_generator_images(n: int, shape: tuple[int, int, int], seed: int,
 
 def input_grads(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500) -> torch.Tensor:
     """∇ₓ CE(model(x), y) per image, flattened to ``[N, D]`` (batched; the model's mode is kept)."""
-    from mebench.probes.transferability.transfer import input_grad
-
     return torch.cat([input_grad(model, x[i:i + batch_size], y[i:i + batch_size]).flatten(1)
                       for i in range(0, int(x.shape[0]), batch_size)])
 

@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mebench.probes.transferability.fidelity import input_grad
 from mebench.support.inference import chunked
 from mebench.support.seeding import derive_seed
 from mebench.victims.wrapper import FrozenVictim
@@ -65,13 +66,6 @@ TRANSFER_COLUMNS: tuple[str, ...] = (
     "seed", "checkpoint_B", "track", "method", "eps", "steps", "alpha", "n_images",
     "success_rate", "substitute_success_rate", "substitute_n_images", "member", "seconds",
 )
-
-
-def input_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    x = x.detach().clone().requires_grad_(True)
-    loss = F.cross_entropy(model(x), y)
-    (grad,) = torch.autograd.grad(loss, x)
-    return grad
 
 
 def fgsm(model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float) -> torch.Tensor:
