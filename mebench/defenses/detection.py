@@ -110,15 +110,20 @@ def _finite(s: float) -> Optional[float]:
     return s if math.isfinite(s) else None
 
 
-def feed(detector: Detector, images: torch.Tensor, answer: Callable[[torch.Tensor], torch.Tensor],
-         checkpoints: Sequence[int], device: torch.device | str = "cpu", batch_size: int = 256) -> None:
+def feed(detector: Detector, images: torch.Tensor,
+         answer: Callable[[torch.Tensor], torch.Tensor] | torch.Tensor, checkpoints: Sequence[int] = (),
+         device: torch.device | str = "cpu", batch_size: int = 256) -> Detector:
     """Show a whole stream to ``detector`` as an oracle would: batches of ``images`` (uint8 or
-    float in [0, 1]) with their ``answer``s, marking each checkpoint when the stream reaches it."""
+    float in [0, 1]) with their answers (``answer``: a function of a batch, or the stream's answers
+    already computed, row for row), marking each checkpoint when the stream reaches it. The one way
+    a detector is run over a stream: the run's detection probe and the detection benchmark
+    (``mebench.detection.bench``) both call it. Returns the detector."""
     for i in range(0, images.shape[0], batch_size):
         xb = images[i:i + batch_size].to(device)
         xb = xb.float().div_(255.0) if xb.dtype == torch.uint8 else xb
-        detector.observe(xb, answer(xb))
+        detector.observe(xb, answer[i:i + batch_size] if isinstance(answer, torch.Tensor) else answer(xb))
         detector.mark(checkpoints)
+    return detector
 
 
 def benign_streams(sources: Sequence[tuple[str, torch.Tensor]], length: int, streams: int,

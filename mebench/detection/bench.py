@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from mebench.detection.benign import BenignStream
-from mebench.defenses.detection import Detector
+from mebench.defenses.detection import Detector, feed
 from mebench.oracle import AnswerPipeline, AnswerTransform, Oracle
 from mebench.support.seeding import derive_seed
 
@@ -102,12 +102,9 @@ def interleave(attack: tuple[torch.Tensor, torch.Tensor], natural: tuple[torch.T
 
 
 def watch(detector: Detector, images: torch.Tensor, probs: torch.Tensor, batch_size: int = 256) -> Detector:
-    """Show ``detector`` a whole answered stream, in batches, as the oracle would; returns it."""
-    for i in range(0, images.shape[0], batch_size):
-        xb = images[i:i + batch_size]
-        xb = xb.float().div_(255.0) if xb.dtype == torch.uint8 else xb
-        detector.observe(xb, probs[i:i + batch_size])
-    return detector
+    """Show ``detector`` a whole answered stream, in batches, as the oracle would; returns it (the
+    run's detection probe runs detectors the same way: ``mebench.defenses.detection.feed``)."""
+    return feed(detector, images, probs, batch_size=batch_size)
 
 
 def benign_record(detector: Detector, s: BenignStream, splits: Sequence[torch.Tensor],
