@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -249,3 +250,41 @@ def test_list_verifiers(capsys):
     for name in VERIFIERS.names():
         line = next(line for line in out.splitlines() if line.split() and line.split()[0] == name)
         assert VERIFIERS.get(name).paper in line and VERIFIERS.get(name).suspect_output in line
+
+
+# issue 56: the verification probe scores every checkpoint substitute (Track A and B) with each named
+# verifier, as long rows of measurements.csv, and never moves the oracle: the run's metrics rows and
+# queries are the same bytes with and without it.
+@pytest.mark.slow  # two engine runs
+def test_the_verification_probe_scores_each_substitute_and_never_queries_the_victim(make_cfg):
+    import csv
+
+    from mebench.run import engine
+
+    tiny = {"budget": {"max_budget": 100, "checkpoints": [50, 100]}}
+    plain = engine.run(make_cfg(**tiny), progress=False)
+    probed = engine.run(make_cfg(**tiny, measure={"verification": {"methods": ["akh", "sac"]}}), progress=False)
+    a, b = plain.directory / "seed_0", probed.directory / "seed_0"
+    assert (a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes()
+    summary = json.loads((b / "summary.json").read_text())
+    assert summary["queries_used"] == json.loads((a / "summary.json").read_text())["queries_used"] == 100
+    assert set(summary["verification"]) == {"akh", "sac"}
+    with (b / "measurements.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["probe"] == "verification"]
+    scored = {(r["checkpoint_B"], r["track"]) for r in rows}
+    tracks = {(str(r["checkpoint_B"]), r["track"]) for r in summary["results"]}
+    assert scored == tracks and len(scored) >= 2
+    for metric in ("akh_score", "sac_score", "akh_queries", "sac_queries"):
+        assert len([r for r in rows if r["metric"] == metric]) == len(tracks)
+    assert all(float(r["value"]) > 0 for r in rows if r["metric"].endswith("_queries"))
+
+
+# issue 56: an unknown or repeated verifier is one config error naming the key, before any work.
+@pytest.mark.parametrize("methods", [["akh", "nope"], ["akh", "akh"], []])
+def test_the_verification_probe_refuses_unknown_methods(make_cfg, methods):
+    from mebench.config.validation import validate
+    from mebench.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        validate(make_cfg(measure={"verification": {"methods": methods}}), check_files=False)
+    assert e.value.key == "measure.verification.methods"

@@ -17,3 +17,4 @@ from mebench.probes import init_variance as _init_variance  # noqa: F401
 __all__ = ["MEASUREMENT_COLUMNS", "PROBES", "NoParams", "Probe", "ProbeScope", "Scored", "measurement", "merge_section",
            "register_probe"]
 from mebench.probes import stream as _stream  # noqa: F401  (measure.stream_utility: the defense on the attacker's stream)
+from mebench.probes import verification as _verification  # noqa: F401  (measure.verification: ownership verification, issue 56)
