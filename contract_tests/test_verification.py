@@ -223,7 +223,7 @@ def test_decisions_at_one_and_a_tenth_percent_need_their_negatives():
     assert few["0.01"]["tpr_ci95"] is not None
 
 
-# contract §15.2: a verifier's parameter out of range is one ConfigError naming verify.<name>.<field>.
+# contract §15.2: a verifier's parameter out of range is one ConfigError naming measure.verification.<name>.<field>.
 @pytest.mark.parametrize("name,field,value", [("akh", "queries", 0), ("sac", "queries", 1),
                                               ("dataset_inference", "noise", 0.0), ("dataset_inference", "walks", 1),
                                               ("dawn", "min_watermarks", 0)])
@@ -231,7 +231,7 @@ def test_bad_verifier_params_name_their_key(name, field, value):
     cls = VERIFIERS.get(name)
     with pytest.raises(ConfigError) as err:
         cls.check_params(dataclasses.replace(cls.Params(), **{field: value}))
-    assert err.value.key == f"verify.{name}.{field}" and "\n" not in str(err.value)
+    assert err.value.key == f"measure.verification.{name}.{field}" and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("params,key", [({"rate": 0.0}, "rate"), ({"rate": 1.0}, "rate"), ({"precision": 0}, "precision"),
@@ -263,12 +263,16 @@ def test_the_verification_probe_scores_each_substitute_and_never_queries_the_vic
 
     tiny = {"budget": {"max_budget": 100, "checkpoints": [50, 100]}}
     plain = engine.run(make_cfg(**tiny), progress=False)
-    probed = engine.run(make_cfg(**tiny, measure={"verification": {"methods": ["akh", "sac"]}}), progress=False)
+    probe = {"methods": ["akh", "sac"], "negatives": 4, "negative_steps": 10, "sac": {"queries": 20}}
+    probed = engine.run(make_cfg(**tiny, measure={"verification": probe}), progress=False)
     a, b = plain.directory / "seed_0", probed.directory / "seed_0"
     assert (a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes()
     summary = json.loads((b / "summary.json").read_text())
     assert summary["queries_used"] == json.loads((a / "summary.json").read_text())["queries_used"] == 100
-    assert set(summary["verification"]) == {"akh", "sac"}
+    ver = summary["verification"]
+    assert set(ver["methods"]) == {"akh", "sac"} and ver["methods"]["sac"]["params"] == {"queries": 20}
+    # the owner's negatives: scored once under the owner's key, the same list for every checkpoint
+    assert ver["negatives"]["count"] == 4 and {len(v["*"]) for v in ver["negatives"]["scores"].values()} == {4}
     with (b / "measurements.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r["probe"] == "verification"]
     scored = {(r["checkpoint_B"], r["track"]) for r in rows}
@@ -288,3 +292,79 @@ def test_the_verification_probe_refuses_unknown_methods(make_cfg, methods):
     with pytest.raises(ConfigError) as e:
         validate(make_cfg(measure={"verification": {"methods": methods}}), check_files=False)
     assert e.value.key == "measure.verification.methods"
+
+
+# issue 56: a method's parameters come from measure.verification.<method>; a section for a method the
+# run does not use, or a value out of range, is one config error naming the key, before any work.
+@pytest.mark.parametrize("section,key", [({"sac": {"queries": 1}}, "measure.verification.sac.queries"),
+                                         ({"dataset_inference": {"walks": 3}}, "measure.verification.dataset_inference"),
+                                         ({"akh": {"nope": 1}}, "measure.verification.akh.nope"),
+                                         ({"negatives": 0}, "measure.verification.negatives"),
+                                         ({"negative_archs": ["nope"]}, "measure.verification.negative_archs")])
+def test_verification_settings_fail_before_work_naming_their_key(make_cfg, section, key):
+    from mebench.config.validation import validate
+
+    with pytest.raises(ConfigError) as e:
+        validate(make_cfg(measure={"verification": {"methods": ["akh", "sac"], **section}}), check_files=False)
+    assert e.value.key == key and "\n" not in str(e.value)
+
+
+def test_verification_method_params_reach_the_method():
+    from mebench.probes.verification import VerificationProbe
+
+    p = VerificationProbe.configure({"methods": ["akh", "dataset_inference"], "dataset_inference": {"walks": 4}})
+    assert p.params_of("dataset_inference").walks == 4 and p.params_of("akh") is None
+
+
+# issue 56: the owner's population is trained on the test split's second half only: disjoint from the
+# public points it is scored on and from the private split; it is cached, so a second call trains nothing.
+def test_the_negative_population_is_disjoint_from_the_public_points_and_cached(monkeypatch):
+    from mebench.verification import negatives as neg
+
+    x, y = _images("SYNTH", False)
+    public, held = neg.split_public(x, y)
+    assert len(public[0]) + len(held[0]) == len(x) and torch.equal(torch.cat([public[0], held[0]]), x)
+    pop = neg.Population(count=3, archs=("tiny_mlp",), steps=5, seed=7)
+    make = lambda arch: build_model(arch, 1, 4, (8, 8), (0.5,), (0.25,))  # noqa: E731
+    first, ids = neg.population(pop, make, held[0].float() / 255, held[1])
+    assert len(first) == 3 and len(set(ids)) == 3
+    monkeypatch.setattr(neg, "train_negative", lambda *a, **k: pytest.fail("a cached negative was trained again"))
+    again, ids2 = neg.population(pop, make, held[0].float() / 255, held[1])
+    assert ids2 == ids and all(torch.equal(p, q) for a, b in zip(first, again)
+                                for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+# issue 56: decisions over a result set. With one owner key every clone meets the same negatives and
+# the keyed rate is the plain bootstrap; with a key per run (DAWN) each clone meets its own threshold.
+def test_keyed_rates_read_like_the_plain_bootstrap_with_one_key():
+    from mebench.detection.rates import bootstrap_tpr_at_fpr, keyed_tpr_at_fpr
+
+    g = torch.Generator().manual_seed(0)
+    neg = torch.randn(100, generator=g).tolist()
+    pos = [5.0, 0.0, 4.0]
+    one = keyed_tpr_at_fpr(pos, [0, 0, 0], [neg], 0.01)
+    plain = bootstrap_tpr_at_fpr(pos, neg, 0.01)
+    assert one["tpr"] == plain["tpr"] == pytest.approx(2 / 3) and one["threshold"] == plain["threshold"]
+    assert one["resolved"] and not keyed_tpr_at_fpr(pos, [0, 0, 0], [neg], 0.001)["resolved"]
+    high = [v + 10 for v in neg]  # the second clone's own negatives sit above every clone
+    assert keyed_tpr_at_fpr(pos, [0, 1, 0], [neg, high], 0.01)["tpr"] == pytest.approx(2 / 3)
+    assert keyed_tpr_at_fpr(pos, [1, 0, 1], [neg, high], 0.01)["tpr"] == 0.0
+
+
+def test_the_report_decides_each_condition_from_the_records():
+    from mebench.report.load import RunRecord
+    from mebench.report.verification import verification_frame, verification_table
+
+    def record(seed, attack, score):
+        ver = {"methods": {"akh": {}}, "negatives": {"count": 100, "scores": {"akh": {"*": [i / 1000 for i in range(100)]}}},
+               "scores": [{"track": "A", "checkpoint_B": 1000, "method": "akh", "score": score, "queries": 100}]}
+        return RunRecord(rows=[], summary={"status": "complete", "seed": seed, "verification": ver,
+                                           "attack": {"label": attack, "output_mode": "soft_prob"},
+                                           "dataset": {"name": "SYNTH", "data_mode": "surrogate"},
+                                           "victim": {"victim_id": "v"}, "defense": {"name": "none"}})
+
+    recs = [record(s, "thief", 0.5) for s in range(3)] + [record(s, "null", 0.03 * s) for s in range(3)]
+    t = verification_table(verification_frame(recs), n_boot=200).set_index("attack")
+    assert t.loc["thief", "tpr_at_0.01"] == 1.0 and t.loc["null", "tpr_at_0.01"] == 0.0
+    assert t.loc["thief", "clones"] == 3 and t.loc["thief", "negatives"] == 100
+    assert bool(t.loc["thief", "resolved_0.01"]) and not bool(t.loc["thief", "resolved_0.001"])

@@ -442,7 +442,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 cls = VERIFIERS.get(name)
                 params = ", ".join(f"{k}={v}" for k, v in vars(cls.Params()).items()) or "-"
                 needs = f"; behind defense '{cls.needs_defense}'" if cls.needs_defense else ""
-                print(f"  {name:<20} {cls.paper} [verify.{name} params: {params}; suspect answers: {cls.suspect_output}{needs}]")
+                print(f"  {name:<20} {cls.paper} [measure.verification.{name} params: {params}; suspect answers: {cls.suspect_output}{needs}]")
         elif kind == "datasets":
             for name in PROFILES.names():
                 p = PROFILES.get(name)

@@ -50,6 +50,40 @@ def bootstrap_tpr_at_fpr(positives: Sequence[float], negatives: Sequence[float],
             "fpr_ci95": [float(v) for v in np.percentile(fprs, [2.5, 97.5])], "n_boot": n_boot}
 
 
+def keyed_tpr_at_fpr(positives: Sequence[float], keys: Sequence[int], negatives: Sequence[Sequence[float]],
+                     fpr: float, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """:func:`bootstrap_tpr_at_fpr` where each positive is judged against its own set of negatives:
+    ``positives[i]`` against the threshold that ``negatives[keys[i]]`` set (a key scored per run, as a
+    DAWN watermark set is). A positive is caught when its score is above its own threshold; ``tpr`` is
+    the share caught, ``n_neg`` the fewest negatives behind any threshold (``resolved`` as there). The
+    bootstrap resamples the positives and, once per replicate, each set of negatives. With one set it
+    reads the same as :func:`bootstrap_tpr_at_fpr`."""
+    pos = np.asarray(positives, dtype=np.float64)
+    keys = np.asarray(keys, dtype=np.int64)
+    sets = [np.asarray(n, dtype=np.float64) for n in negatives]
+    n_neg = min((s.size for s in sets), default=0)
+    empty = {"fpr_target": fpr, "tpr": None, "fpr": None, "threshold": None, "n_pos": int(pos.size),
+             "n_neg": int(n_neg), "resolved": False, "tpr_ci95": None, "n_boot": 0}
+    if pos.size == 0 or n_neg == 0:
+        return empty
+
+    def rate(p: np.ndarray, k: np.ndarray, negs: list[np.ndarray]) -> tuple[float, float]:
+        cuts = [tpr_at_fpr([0.0], n, fpr)["threshold"] for n in negs]
+        caught = np.array([p[i] > cuts[k[i]] for i in range(p.size)])
+        fprs = [float((n > c).mean()) for n, c in zip(negs, cuts)]
+        return float(caught.mean()), float(np.mean(fprs))
+
+    tpr, realised = rate(pos, keys, sets)
+    rng = np.random.default_rng(seed)
+    tprs = np.empty(n_boot)
+    for b in range(n_boot):
+        pick = rng.integers(0, pos.size, pos.size)
+        tprs[b] = rate(pos[pick], keys[pick], [s[rng.integers(0, s.size, s.size)] for s in sets])[0]
+    return {**empty, "tpr": tpr, "fpr": realised, "threshold": None if len(sets) > 1 else
+            tpr_at_fpr([0.0], sets[0], fpr)["threshold"], "resolved": n_neg * fpr >= 1.0,
+            "tpr_ci95": [float(v) for v in np.percentile(tprs, [2.5, 97.5])], "n_boot": n_boot}
+
+
 def roc_points(positives: Sequence[float], negatives: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     """The ROC curve (FPR, TPR), one point per distinct score, flagging scores strictly above each
     threshold, from (0, 0) to (1, 1). Missing scores (``-inf``: no evidence) are never flagged

@@ -1,4 +1,4 @@
-"""LeNet-5 (LeCun et al., 1998) and a small CIFAR CNN for CPU-trainable victims."""
+"""LeNet-5 (LeCun et al., 1998), a small CIFAR CNN and a two-layer perceptron for CPU-trainable models."""
 
 from __future__ import annotations
 
@@ -37,4 +37,16 @@ def simple_cnn(channels: int, num_classes: int, input_size: tuple[int, int]) -> 
     return nn.Sequential(
         *block(channels, 32), *block(32, 64), *block(64, 128),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(128, num_classes),
+    )
+
+
+@register_model("mlp")
+def mlp(channels: int, num_classes: int, input_size: tuple[int, int]) -> nn.Module:
+    """A two-hidden-layer perceptron (256-128) on the flattened image: a cheap architecture unlike the
+    convolutional victims, for negatives and cross-architecture substitutes on MNIST-sized data."""
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(channels * input_size[0] * input_size[1], 256), nn.ReLU(),
+        nn.Linear(256, 128), nn.ReLU(),
+        nn.Linear(128, num_classes),
     )

@@ -1,19 +1,21 @@
-"""Ownership verification on every checkpoint substitute (issue 56): each named verifier's score.
+"""Ownership verification on every checkpoint substitute (issue 56): each named verifier's score, and
+the owner's negatives scored the same way (``measure: {verification: {methods: [akh, sac]}}``).
 
-Off unless the config names it (``measure: {verification: {methods: [akh, sac]}}``). At the start
-the owner prepares each method's key from the victim and its own data (the victim's training split,
-the test split as public points); a method that reads a defense's state (DAWN) prepares at each
-checkpoint from the run's defense. Every substitute a track scores is then queried as a suspect:
-``<method>_score`` and ``<method>_queries`` rows in ``measurements.csv``. Verification queries the
-suspect only: the oracle and its budget never move. Decisions against negatives are made from the
-rows. See docs/verification/index.md.
+The owner's keys come from the victim and its own data (training split private, the test split's
+first half public), seeded by ``owner_seed``, not the run seed; its negatives (ground truth only, the
+test split's second half) are scored with the same keys once per machine (cached). DAWN prepares at
+each checkpoint from what the run's defense served. Rows ``<method>_score`` / ``<method>_queries`` and
+``summary.json`` ``verification``; the suspect is the only model queried. See docs/verification/index.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from mebench.probes.base import Emit, Probe, Scored, measurement, register_probe
 from mebench.support.seeding import generator
@@ -21,12 +23,27 @@ from mebench.support.seeding import generator
 if TYPE_CHECKING:
     from mebench.run.world import World
 
+#: The cache kind of a population's scores under one owner key (``mebench.support.cachedir``).
+SCORES_KIND = "negative-scores"
+
 
 @dataclass(frozen=True)
 class VerificationParams:
-    """``methods``: registered verifiers (``mebench list verifiers``), each with its default parameters."""
+    """``methods``: registered verifiers (``mebench list verifiers``); ``owner_seed`` seeds the owner's
+    keys; ``negatives`` models (``negative_archs`` in turn, empty: the victim's and the substitute's
+    architecture; ``negative_steps`` Adam steps each) set the thresholds; 100 resolve FPR 1 %, 1,000
+    FPR 0.1 %. ``method_params`` is filled from the ``measure.verification.<method>`` sections."""
 
     methods: tuple[str, ...] = ("akh", "sac")
+    owner_seed: int = 0
+    negatives: int = 100
+    negative_archs: tuple[str, ...] = ()
+    negative_steps: int = 500
+    method_params: Any = ()
+
+    def params_of(self, method: str) -> Any:
+        """The parsed parameters of ``method`` (its defaults when the config gave none)."""
+        return dict(self.method_params).get(method)
 
 
 @register_probe("verification")
@@ -38,11 +55,36 @@ class VerificationProbe(Probe):
 
     def __init__(self, params: Any = None) -> None:
         super().__init__(params)
-        self.timings = {"verification": 0.0}
+        self.timings = {"verification": 0.0, "negatives": 0.0}
         self.rows: list[dict[str, Any]] = []
+        self.scores: list[dict[str, Any]] = []
         self.methods: dict[str, Any] = {}
         self.states: dict[str, Any] = {}
         self.owner: Any = None
+        self.negatives: list[Any] = []
+        self.negative_ids: list[str] = []
+        self.negative_scores: dict[str, dict[str, list[float]]] = {}
+        self.population: Any = None
+
+    @classmethod
+    def configure(cls, raw: Mapping[str, Any]) -> VerificationParams:
+        from mebench.config import build_params
+        from mebench.errors import ConfigError
+        from mebench.verification import VERIFIERS
+
+        raw = dict(raw or {})
+        if "method_params" in raw:
+            raise ConfigError("measure.verification.method_params", raw["method_params"],
+                              "not a key: give a method's parameters as measure.verification.<method>")
+        sections = {k: raw.pop(k) for k in list(raw) if k in VERIFIERS.names()}
+        base = build_params(VerificationParams, raw, "measure.verification")
+        per = []
+        for name in sorted(sections):
+            section = sections[name] if sections[name] is not None else {}
+            if not isinstance(section, Mapping):
+                raise ConfigError(f"measure.verification.{name}", section, "must be a mapping of the method's parameters")
+            per.append((name, build_params(VERIFIERS.get(name).Params, section, f"measure.verification.{name}")))
+        return dataclasses.replace(base, method_params=tuple(per))
 
     @classmethod
     def check(cls, params: VerificationParams, scope: Any) -> None:
@@ -53,27 +95,91 @@ class VerificationProbe(Probe):
         if unknown or not params.methods or len(set(params.methods)) != len(params.methods):
             raise ConfigError("measure.verification.methods", list(params.methods),
                               f"distinct registered verifiers among {VERIFIERS.names()}")
+        for name, p in params.method_params:
+            if name not in params.methods:
+                raise ConfigError(f"measure.verification.{name}", dataclasses.asdict(p),
+                                  f"parameters of a method not in measure.verification.methods {list(params.methods)}")
+            VERIFIERS.get(name).check_params(p)
+        if params.negatives < 1:
+            raise ConfigError("measure.verification.negatives", params.negatives,
+                              "must be at least 1 (100 resolve FPR 1 %, 1,000 FPR 0.1 %)")
+        if params.negative_steps < 1:
+            raise ConfigError("measure.verification.negative_steps", params.negative_steps, "must be at least 1")
+        if params.owner_seed < 0:
+            raise ConfigError("measure.verification.owner_seed", params.owner_seed, "must be >= 0")
+        from mebench.models.registry import MODELS
+
+        bad = [a for a in params.negative_archs if a not in MODELS]
+        if bad:
+            raise ConfigError("measure.verification.negative_archs", list(params.negative_archs),
+                              f"registered models among {MODELS.names()}")
 
     @classmethod
     def applies(cls, plan: Any, params: VerificationParams) -> bool:
         return bool(params.methods)
 
     def start(self, world: World) -> None:
+        from mebench.models.registry import build_model
         from mebench.verification import VERIFIERS, OwnerData, make_verifier
+        from mebench.verification.negatives import Population, population, split_public
 
         t0 = time.perf_counter()
-        prep = world.prep
+        prep, plan, p = world.prep, world.plan, self.params
         name = prep.profile.name
-        self.owner = OwnerData.from_uint8(prep.split(name, True), prep.split(name, False))
-        for method in self.params.methods:
+        tx, ty = prep.split(name, False)
+        public, held = split_public(tx, ty)
+        self.owner = OwnerData.from_uint8(prep.split(name, True), public)
+        shape, norm = tuple(plan.input_shape), plan.victim.normalization
+        victim_arch = prep.victim_meta.get("arch") or plan.track_a.arch
+        archs = tuple(p.negative_archs) or tuple(dict.fromkeys([victim_arch, plan.track_a.arch]))
+
+        def make_model(arch: str) -> Any:
+            return build_model(arch, shape[0], prep.num_classes, tuple(shape[1:]), norm["mean"], norm["std"])
+
+        self.population = Population(p.negatives, archs, p.negative_steps, p.owner_seed)
+        hx = OwnerData.from_uint8(held, held).train_x  # float pixels in [0, 1]
+        self.negatives, self.negative_ids = population(self.population, make_model, hx, held[1].long())
+        self.timings["negatives"] += time.perf_counter() - t0
+        for method in p.methods:
             cls = VERIFIERS.get(method)
-            if cls.needs_defense is not None and cls.needs_defense != world.plan.defense.name:
+            if cls.needs_defense is not None and cls.needs_defense != plan.defense.name:
                 continue  # it reads the state of a defense this run does not have
-            self.methods[method] = make_verifier(method)
+            self.methods[method] = make_verifier(method, p.params_of(method))
             if cls.needs_defense is None:  # the owner's key, from the victim and the owner's data only
                 self.states[method] = self.methods[method].prepare(
-                    prep.victim, self.owner, generator(world.seed, f"verification:{method}"))
+                    prep.victim, self.owner, generator(p.owner_seed, f"verification:{method}"))
+                self.negative_scores[method] = {"*": self._cached_negative_scores(world, method)}
         self.timings["verification"] += time.perf_counter() - t0
+
+    def _score_negatives(self, method: str) -> list[float]:
+        from mebench.verification import Suspect
+
+        return [float(self.methods[method].score(self.states[method], Suspect(m))) for m in self.negatives]
+
+    def _cached_negative_scores(self, world: World, method: str) -> list[float]:
+        """The negatives' scores under the owner's key of ``method``: from the machine-wide cache, else
+        scored once and stored (a set of runs meets one owner)."""
+        from mebench.run import artifacts
+        from mebench.support import cachedir
+        from mebench.verification.negatives import fingerprint
+
+        victim = world.plan.victim
+        key = {"method": method, "params": dataclasses.asdict(self.methods[method].params),
+               "owner_seed": self.params.owner_seed, "negatives": self.negative_ids,
+               "victim": victim.checkpoint_sha256 or fingerprint(*[t for t in world.prep.victim.model.state_dict().values()]),
+               "owner": fingerprint(self.owner.train_x[:1000], self.owner.train_y, self.owner.public_x, self.owner.public_y),
+               "code": 1}
+        path = cachedir.entry_path(SCORES_KIND, key, ".json")
+        try:
+            cached = json.loads(path.read_text())
+            if cached.get("key") == json.loads(json.dumps(key)) and len(cached["scores"]) == len(self.negatives):
+                return [float(v) for v in cached["scores"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        scores = self._score_negatives(method)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        artifacts.atomic_write_text(path, json.dumps({"key": key, "scores": scores}))
+        return scores
 
     def checkpoint(self, world: World, budget: int, emit: Emit) -> None:
         t0 = time.perf_counter()
@@ -81,8 +187,9 @@ class VerificationProbe(Probe):
             if verifier.needs_defense is not None:  # what the defense served up to this checkpoint
                 defense = _served_by(world, verifier.needs_defense)
                 self.states[method] = verifier.prepare(world.prep.victim, self.owner,
-                                                       generator(world.seed, f"verification:{method}"),
+                                                       generator(self.params.owner_seed, f"verification:{method}"),
                                                        defense=defense, upto=budget)
+                self.negative_scores.setdefault(method, {})[str(budget)] = self._score_negatives(method)
         self.timings["verification"] += time.perf_counter() - t0
 
     def substitute(self, world: World, scored: Scored) -> None:
@@ -98,13 +205,31 @@ class VerificationProbe(Probe):
                                          value))
             self.rows.append(measurement(world.seed, scored.budget, scored.track, self.name, f"{method}_queries",
                                          float(suspect.queries)))
+            self.scores.append({"track": scored.track, "checkpoint_B": int(scored.budget), "method": method,
+                                "score": _finite(value), "queries": int(suspect.queries)})
         self.timings["verification"] += time.perf_counter() - t0
 
     def measurements(self) -> list[dict[str, Any]]:
         return list(self.rows)
 
     def summary(self, world: World) -> dict[str, Any]:
-        return {"verification": {m: v.describe() for m, v in self.methods.items()}}
+        pop = self.population
+        return {"verification": {
+            "methods": {m: v.describe() for m, v in self.methods.items()},
+            "owner_seed": self.params.owner_seed,
+            "negatives": {"count": len(self.negatives), "archs": list(pop.archs) if pop else [],
+                          "steps": pop.steps if pop else None,
+                          "trained_on": "ground truth, the test split's second half",
+                          "scores": {m: {b: [_finite(v) for v in s] for b, s in per.items()}
+                                     for m, per in self.negative_scores.items()}},
+            "scores": list(self.scores),
+            "seconds": {k: round(v, 3) for k, v in self.timings.items()}}}
+
+
+def _finite(value: float) -> Optional[float]:
+    """``value``, or ``None`` for no evidence (``-inf``) so the record stays strict JSON."""
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _served_by(world: World, name: str) -> Optional[Any]:

@@ -19,6 +19,7 @@ from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed,
                                         leaderboard_latex, leaderboard_table)
 from mebench.report.detection import detection_blocks, detection_frame, detection_table
 from mebench.report.health import health_blocks, health_frame
+from mebench.report.verification import roc_frame, verification_blocks, verification_frame, verification_table
 from mebench.report.transfer import read_frames, with_transfer_column, write_transfer_report
 from mebench.report.zoo import zoo_blocks, zoo_tables
 from mebench.report.identity import separate_unpoolable, stale_runs
@@ -187,6 +188,16 @@ def _health(r: ReportParts) -> None:
     write_pages(health_blocks(health), r.out, "health", "mebench training health", r.files, html=False)
 
 
+def _verification(r: ReportParts) -> None:
+    frame = verification_frame(r.records)
+    if frame.empty:
+        return
+    table_ = verification_table(frame, n_boot=r.n_bootstrap)
+    write_table(table_, r.out, "verification", r.files)
+    write_table(roc_frame(frame), r.out, "verification_roc", r.files)
+    write_pages(verification_blocks(table_), r.out, "verification", "mebench verification", r.files, html=False)
+
+
 def _transfer(r: ReportParts) -> None:
     r.files.update(write_transfer_report(r.transfer_frames, r.frame, r.out, figures_too=r.figures))
 
@@ -195,4 +206,4 @@ def _transfer(r: ReportParts) -> None:
 #: each writes its tables and page when its records hold anything for it. A new section is one entry.
 SECTIONS: tuple[tuple[str, Callable[[ReportParts], None]], ...] = (
     ("defenses", _defenses), ("adaptive", _adaptive), ("zoo", _zoo), ("detection", _detection),
-    ("health", _health), ("transfer", _transfer))
+    ("health", _health), ("transfer", _transfer), ("verification", _verification))

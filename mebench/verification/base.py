@@ -83,7 +83,7 @@ class Verifier:
 
     @classmethod
     def check_params(cls, params: Any) -> None:
-        """Raise ``ConfigError`` (key ``verify.<name>.<field>``) for a value outside its range."""
+        """Raise ``ConfigError`` (key ``measure.verification.<name>.<field>``) for a value outside its range."""
 
     def prepare(self, victim: Any, owner: OwnerData, generator: torch.Generator, defense: Any = None) -> Any:
         """The owner's key: what ``score`` needs, from the victim (``FrozenVictim``), the owner's data
@@ -115,5 +115,5 @@ def register_verifier(cls: type[Verifier]) -> type[Verifier]:
 
 
 def params_key(name: str, field: str) -> str:
-    """The config key of a verifier's parameter (``verify.<name>.<field>``), for its ``ConfigError``."""
-    return f"verify.{name}.{field}"
+    """The config key of a verifier's parameter (``measure.verification.<name>.<field>``), for its ``ConfigError``."""
+    return f"measure.verification.{name}.{field}"

@@ -5,18 +5,27 @@ Each is trained from a fresh seeded initialisation on a seeded random subset of 
 negative ever sees a victim answer (``contract_tests/test_verification.py`` checks it). Which
 images to use is the caller's choice and matters: dataset inference asks whether a model learned
 from the owner's *private* split, so its negatives must be trained on data disjoint from that split
-(the public points); the other methods ask about the victim's function and accept either.
-See docs/verification/index.md.
+and from the public points it is scored on. ``split_public`` halves the test split for that
+(``population`` trains on the second half). See docs/verification/index.md.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
+from mebench.support import cachedir, fitcache
+from mebench.support.seeding import derive_seed
 from mebench.training.loop import OptimizerSpec, train_steps
+
+#: The cache kind of a trained negative (``mebench.support.cachedir``).
+KIND = "negative"
+#: Bumped when the training below changes, so old cache entries are not read.
+RECIPE_VERSION = 1
 
 
 def train_negative(make_model: Callable[[], nn.Module], images: torch.Tensor, labels: torch.Tensor, seed: int,
@@ -39,3 +48,60 @@ def train_negatives(make_model: Callable[[], nn.Module], images: torch.Tensor, l
     """``count`` negatives (``train_negative``), seeds ``seed``, ``seed + 1``, ...: one population of
     models the owner did not steal from itself. Rates need at least 100 (1 % FPR) or 1,000 (0.1 %)."""
     return [train_negative(make_model, images, labels, seed + i, **kwargs) for i in range(count)]
+
+
+def split_public(images: torch.Tensor, labels: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor],
+                                                                        tuple[torch.Tensor, torch.Tensor]]:
+    """The test split in two halves: the owner's public points (first half) and the images the negative
+    population learns from (second half), so no negative has seen a point it is scored on."""
+    half = len(images) // 2
+    return (images[:half], labels[:half]), (images[half:], labels[half:])
+
+
+def fingerprint(*tensors: torch.Tensor) -> str:
+    """A digest of tensors (shape, dtype and bytes): what a cache entry was computed from."""
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().contiguous().cpu()
+        h.update(repr((tuple(t.shape), str(t.dtype))).encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Population:
+    """How the owner's negatives are made: ``count`` models, architectures in turn from ``archs``, each
+    from its own seed (derived from ``seed``), ``steps`` Adam steps on 80 % of the negatives' images."""
+
+    count: int = 100
+    archs: tuple[str, ...] = ("lenet5",)
+    steps: int = 500
+    seed: int = 0
+
+    def member(self, i: int) -> tuple[str, int]:
+        """The architecture and initialisation seed of negative ``i``."""
+        return self.archs[i % len(self.archs)], derive_seed(self.seed, f"negative/{i}") % (2**31)
+
+
+def population(pop: Population, make_model: Callable[[str], nn.Module], images: torch.Tensor,
+               labels: torch.Tensor) -> tuple[list[nn.Module], list[str]]:
+    """The ``pop.count`` negatives trained on ``(images, labels)`` (float pixels, ground truth) and the
+    digest of each one's cache entry. Each is read from the machine-wide cache when there, else trained
+    once and stored (``fitcache.load_or_fit``): a set of runs shares one population."""
+    data = fingerprint(images, labels)
+    models, digests = [], []
+    for i in range(pop.count):
+        arch, seed = pop.member(i)
+        key = {"recipe": RECIPE_VERSION, "arch": arch, "seed": seed, "steps": pop.steps, "data": data,
+               "torch": torch.__version__, "threads": torch.get_num_threads()}
+        model, _ = fitcache.load_or_fit(cachedir.entry_path(KIND, key, ".pt"), key, lambda a=arch: make_model(a),
+                                        lambda a=arch, s=seed: train_negative(lambda: make_model(a), images, labels, s,
+                                                                              steps=pop.steps))
+        models.append(model.eval())
+        digests.append(cachedir.key_digest(key))
+    return models, digests
+
+
+def archs_of(archs: Sequence[str], default: str) -> tuple[str, ...]:
+    """``archs``, or ``(default,)`` when empty."""
+    return tuple(archs) or (default,)

@@ -1,0 +1,147 @@
+"""Ownership verification in the report: for each method, attack and checkpoint, the share of clones
+the owner catches at a false-positive rate of at most 1 % and 0.1 % of its negative models.
+
+Reads ``summary.json`` ``verification`` (the ``verification`` probe: every checkpoint substitute's
+score, and the owner's negatives' scores under the same key). Positives are one condition's clones
+(one per seed, Track A and Track B apart); each is judged against the negatives of its own run
+(``mebench.detection.rates.keyed_tpr_at_fpr``: for a key the owner fixed, every run holds the same
+negatives and this is the plain bootstrap; DAWN's key is what each run's defense served). Writes
+``verification.csv``, ``verification_roc.csv`` and ``verification.md``. See docs/results/verification.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import pandas as pd
+
+from mebench.detection.rates import keyed_tpr_at_fpr, roc_points
+from mebench.report.document import Block, budget_label, table
+from mebench.report.load import UNKNOWN, RunRecord, as_float, mapping_section
+
+FPRS = (0.01, 0.001)
+COND = ["dataset", "victim_id", "method", "defense", "attack", "data_mode", "output_mode", "arch",
+        "checkpoint_B", "track"]
+
+
+def verification_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
+    """One row per seed-run, checkpoint substitute and method: its score, the suspect queries, and the
+    negatives' scores it is judged against (a tuple)."""
+    rows = []
+    for rec in records:
+        summary = rec.summary or {}
+        ver = mapping_section(summary, "verification")
+        if not ver or not rec.ok or not isinstance(ver.get("scores"), list):
+            continue
+        attack, dataset = mapping_section(summary, "attack"), mapping_section(summary, "dataset")
+        defense = mapping_section(summary, "defense")
+        sub = mapping_section(mapping_section(summary, "config"), "substitute")
+        negs = mapping_section(mapping_section(ver, "negatives"), "scores")
+        base = {"dataset": str(dataset.get("name") or UNKNOWN),
+                "victim_id": str(mapping_section(summary, "victim").get("victim_id") or UNKNOWN),
+                "defense": str(defense.get("label") or defense.get("name") or "none"),
+                "attack": str(attack.get("label") or attack.get("name") or UNKNOWN),
+                "data_mode": str(dataset.get("data_mode") or UNKNOWN),
+                "output_mode": str(attack.get("output_mode") or UNKNOWN),
+                "arch": str(sub.get("arch") or UNKNOWN), "seed": int(summary.get("seed", 0)),
+                "negatives_count": int(mapping_section(ver, "negatives").get("count") or 0)}
+        for s in ver["scores"]:
+            method, b = str(s.get("method")), int(s.get("checkpoint_B", 0))
+            per = mapping_section(negs, method)
+            neg = per.get("*") if "*" in per else per.get(str(b))
+            rows.append({**base, "method": method, "checkpoint_B": b, "track": str(s.get("track")),
+                         "score": _score(s.get("score")), "queries": as_float(s.get("queries")),
+                         "negatives": tuple(_score(v) for v in (neg or ()))})
+    return pd.DataFrame(rows, columns=COND + ["seed", "score", "queries", "negatives", "negatives_count"])
+
+
+def _score(v: Any) -> float:
+    """A recorded score; ``None`` (no evidence) reads as ``-inf``: never caught."""
+    return -math.inf if v is None else float(v)
+
+
+def verification_table(frame: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
+    """One row per condition (``COND``): clones, TPR at each FPR with its 95 % interval and whether the
+    negatives resolve it, the negatives behind it and the suspect queries per clone."""
+    if frame.empty:
+        return pd.DataFrame()
+    rows = []
+    for key, g in frame.groupby(COND, sort=True, dropna=False):
+        sets: list[tuple] = []
+        keys = []
+        for neg in g["negatives"]:
+            if neg not in sets:
+                sets.append(neg)
+            keys.append(sets.index(neg))
+        row = {**dict(zip(COND, key)), "clones": len(g), "seeds": ",".join(str(s) for s in sorted(g["seed"])),
+               "score_mean": float(pd.Series(g["score"]).replace(-math.inf, float("nan")).mean()),
+               "negatives": min(len(s) for s in sets), "queries": float(g["queries"].mean())}
+        for fpr in FPRS:
+            r = keyed_tpr_at_fpr(g["score"].tolist(), keys, [list(s) for s in sets], fpr, n_boot=n_boot)
+            row[f"tpr_at_{fpr:g}"] = r["tpr"]
+            lo, hi = r["tpr_ci95"] or (None, None)
+            row[f"tpr_lo_{fpr:g}"], row[f"tpr_hi_{fpr:g}"] = lo, hi
+            row[f"resolved_{fpr:g}"] = r["resolved"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def roc_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ROC of each method, dataset, checkpoint and track over every clone of the set (all attacks)
+    against the negatives (for a per-run key, all runs' negatives pooled): one row per point."""
+    rows = []
+    keys = ["dataset", "victim_id", "method", "defense", "checkpoint_B", "track"]
+    for key, g in frame.groupby(keys, sort=True, dropna=False):
+        negatives = [v for neg in dict.fromkeys(g["negatives"]) for v in neg]
+        fpr, tpr = roc_points(g["score"].tolist(), negatives)
+        rows += [{**dict(zip(keys, key)), "fpr": float(f), "tpr": float(t)} for f, t in zip(fpr, tpr)]
+    return pd.DataFrame(rows)
+
+
+def _rate(r: pd.Series, fpr: float) -> str:
+    v = r[f"tpr_at_{fpr:g}"]
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    lo, hi = r[f"tpr_lo_{fpr:g}"], r[f"tpr_hi_{fpr:g}"]
+    text = f"{v:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None and not pd.isna(lo) else f"{v:.2f}"
+    return text if bool(r[f"resolved_{fpr:g}"]) else f"{text}*"
+
+
+def _queries(q: float) -> str:
+    return "–" if q is None or math.isnan(q) else f"{q:,.0f}"
+
+
+def caught_by_none(table_: pd.DataFrame) -> list[str]:
+    """One line per dataset, track and checkpoint: the attacks whose clones no method caught at FPR 1 %."""
+    lines = []
+    if table_.empty:
+        return lines
+    for (dataset, track, b), t in table_.groupby(["dataset", "track", "checkpoint_B"], sort=True):
+        per = t.groupby(["attack", "output_mode", "defense", "arch"])["tpr_at_0.01"].max()
+        evade = [f"{a} ({m}{'' if d == 'none' else ', behind ' + d}{'' if arch == t['arch'].mode()[0] else ', ' + arch})"
+                 for (a, m, d, arch), v in per.items() if not v]
+        lines.append(f"{dataset}, Track {track}, {budget_label(int(b))}: "
+                     + (", ".join(evade) if evade else "none: every attack's clones were caught by some method") + ".")
+    return lines
+
+
+def verification_blocks(table_: pd.DataFrame) -> list[Block]:
+    blocks = [Block("h1", "mebench verification"), Block("p", (
+        "Ownership verification on the clones of each attack. TPR@1% / TPR@0.1%: share of the clones "
+        "(one per seed) whose score is above the strictest threshold that flags at most 1% / 0.1% of the "
+        "owner's negative models (trained on ground truth only), with its 95% bootstrap interval (clones "
+        "and negatives resampled). * marks a rate the negatives cannot resolve (fewer than 1/FPR of them: "
+        "no false positive allowed). Queries: images the owner sends to one suspect."))]
+    for (dataset, victim, method), t in table_.groupby(["dataset", "victim_id", "method"], sort=True):
+        rows = []
+        for _, r in t.sort_values(["track", "defense", "attack", "output_mode", "arch", "checkpoint_B"]).iterrows():
+            extra = ("" if r["defense"] == "none" else f", behind {r['defense']}")
+            rows.append([f"{r['attack']} ({r['data_mode']}, {r['output_mode']}{extra})", r["arch"], r["track"],
+                         budget_label(int(r["checkpoint_B"])), _rate(r, 0.01), _rate(r, 0.001),
+                         f"{int(r['clones'])} / {int(r['negatives'])}", _queries(r["queries"])])
+        blocks += [Block("h2", f"{dataset} · {victim} · {method}"),
+                   table(["attack", "substitute", "track", "B", "TPR@1%", "TPR@0.1%", "clones / negatives",
+                          "queries"], rows)]
+    blocks += [Block("h2", "Caught by no method at FPR 1%"), Block("p", " ".join(caught_by_none(table_)))]
+    return blocks
