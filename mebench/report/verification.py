@@ -118,12 +118,33 @@ def caught_by_none(table_: pd.DataFrame) -> list[str]:
     if table_.empty:
         return lines
     for (dataset, track, b), t in table_.groupby(["dataset", "track", "checkpoint_B"], sort=True):
-        per = t.groupby(["attack", "output_mode", "defense", "arch"])["tpr_at_0.01"].max()
-        evade = [f"{a} ({m}{'' if d == 'none' else ', behind ' + d}{'' if arch == t['arch'].mode()[0] else ', ' + arch})"
-                 for (a, m, d, arch), v in per.items() if not v]
+        per = t.groupby(["attack", "data_mode", "output_mode", "defense", "arch"])["tpr_at_0.01"].max()
+        evade = [_name(a, dm, m, d, arch, t["arch"].mode()[0]) for (a, dm, m, d, arch), v in per.items() if not v]
         lines.append(f"{dataset}, Track {track}, {budget_label(int(b))}: "
                      + (", ".join(evade) if evade else "none: every attack's clones were caught by some method") + ".")
     return lines
+
+
+def _name(attack: str, data_mode: str, mode: str, defense: str, arch: str, usual_arch: str) -> str:
+    extra = ("" if defense == "none" else f", behind {defense}") + ("" if arch == usual_arch else f", {arch} substitute")
+    return f"{attack} ({data_mode}, {mode}{extra})"
+
+
+def overview_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """One dataset's Track A at a glance: a row per attack condition and checkpoint, TPR at FPR 1 % per
+    method (the clones caught, of those scored)."""
+    t = t[t["track"] == "A"]
+    methods = sorted(t["method"].unique())
+    usual = t["arch"].mode()[0] if len(t) else ""
+    rows = []
+    keys = ["defense", "attack", "data_mode", "output_mode", "arch", "checkpoint_B"]
+    for key, g in t.groupby(keys, sort=True):
+        d, a, dm, m, arch, b = key
+        by = g.set_index("method")
+        cells = [f"{by.loc[x, 'tpr_at_0.01']:.2f} ({round(by.loc[x, 'tpr_at_0.01'] * by.loc[x, 'clones'])}/{int(by.loc[x, 'clones'])})"
+                 if x in by.index else "–" for x in methods]
+        rows.append([_name(a, dm, m, d, arch, usual), budget_label(int(b)), *cells])
+    return ["attack", "B", *[f"{x} TPR@1%" for x in methods]], rows
 
 
 def verification_blocks(table_: pd.DataFrame) -> list[Block]:
@@ -133,6 +154,9 @@ def verification_blocks(table_: pd.DataFrame) -> list[Block]:
         "owner's negative models (trained on ground truth only), with its 95% bootstrap interval (clones "
         "and negatives resampled). * marks a rate the negatives cannot resolve (fewer than 1/FPR of them: "
         "no false positive allowed). Queries: images the owner sends to one suspect."))]
+    for (dataset, victim), t in table_.groupby(["dataset", "victim_id"], sort=True):
+        headers, rows = overview_rows(t)
+        blocks += [Block("h2", f"{dataset} · {victim} · Track A at FPR 1%"), table(headers, rows)]
     for (dataset, victim, method), t in table_.groupby(["dataset", "victim_id", "method"], sort=True):
         rows = []
         for _, r in t.sort_values(["track", "defense", "attack", "output_mode", "arch", "checkpoint_B"]).iterrows():
