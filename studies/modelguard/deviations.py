@@ -26,7 +26,6 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from mebench.run.artifacts import atomic_write_text

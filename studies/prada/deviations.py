@@ -1,5 +1,5 @@
 """The measured effect of each deviation of mebench's older PRADA rule from the reference
-(docs/defenses/prada.md; issue 42). Writes ``deviations.json`` next to this file.
+(docs/defenses/prada.md; issue 42). Writes the set's ``results/prada/deviations.json``.
 
 For every ``prada`` cell of the given grid configs (attack, seed) the attack's queries are
 collected once (no substitute is scored: PRADA changes no answer, so the stream does not depend
@@ -32,6 +32,8 @@ from mebench.support.seeding import seed_everything
 from mebench.state import EngineState
 
 VARIANTS = {"reference": {}, "legacy": dict(LEGACY), **{f"only_{k}": {k: v} for k, v in LEGACY.items()}}
+
+HERE = Path(__file__).resolve().parents[2] / "results" / "prada"  # the set this script writes into
 
 
 def _detectors() -> dict[str, Prada]:

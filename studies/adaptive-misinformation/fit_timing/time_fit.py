@@ -7,7 +7,7 @@ torch.set_num_threads(1)
 from mebench.harness.grid import load_grid
 from mebench.run import engine
 from mebench.run.plan import site
-from mebench.defenses import DEFENSES, make_defense
+from mebench.defenses import make_defense
 from mebench.defenses.misinformation import AdaptiveMisinformation
 
 grid = load_grid(Path(sys.argv[1]), Path.cwd())
