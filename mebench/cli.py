@@ -13,6 +13,7 @@ See docs/guide/runs.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -432,7 +433,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
             for name in PROBES.names():
                 cls = PROBES.get(name)
-                params = ", ".join(f"{k}={v}" for k, v in vars(cls.Params()).items()) or "-"
+                shown = {f.name for f in dataclasses.fields(cls.Params) if not f.metadata.get("internal")}
+                params = ", ".join(f"{k}={v}" for k, v in vars(cls.Params()).items() if k in shown) or "-"
                 when = "built in" if cls.runs_by_default else f"when named (measure.{name})"
                 print(f"  {name:<20} {when} [params: {params}; metrics: {', '.join(cls.metrics) or '-'}]")
         elif kind == "verifiers":

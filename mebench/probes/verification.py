@@ -39,7 +39,7 @@ class VerificationParams:
     negatives: int = 100
     negative_archs: tuple[str, ...] = ()
     negative_steps: int = 500
-    method_params: Any = ()
+    method_params: Any = dataclasses.field(default=(), metadata={"internal": True})  # filled by configure
 
     def params_of(self, method: str) -> Any:
         """The parsed parameters of ``method`` (its defaults when the config gave none)."""
