@@ -368,3 +368,21 @@ def test_the_report_decides_each_condition_from_the_records():
     assert t.loc["thief", "tpr_at_0.01"] == 1.0 and t.loc["null", "tpr_at_0.01"] == 0.0
     assert t.loc["thief", "clones"] == 3 and t.loc["thief", "negatives"] == 100
     assert bool(t.loc["thief", "resolved_0.01"]) and not bool(t.loc["thief", "resolved_0.001"])
+
+
+# issue 56: behind the dawn defense, each checkpoint's substitutes (Track A and B) are scored on the
+# watermarks served up to that checkpoint, and the negatives are scored on the same set: a track may
+# score its substitute before the probe's own checkpoint hook runs, and must not meet an older set.
+@pytest.mark.slow  # one engine run
+def test_dawn_scores_each_checkpoint_on_the_watermarks_served_so_far(make_cfg):
+    from mebench.run import engine
+
+    cfg = make_cfg(budget={"max_budget": 100, "checkpoints": [50, 100]}, defense={"name": "dawn", "params": DAWN_TEST},
+                   measure={"verification": {"methods": ["dawn"], "negatives": 3, "negative_steps": 5}})
+    ver = json.loads((engine.run(cfg, progress=False).directory / "seed_0" / "summary.json").read_text())["verification"]
+    scored = {(s["track"], s["checkpoint_B"]): s["queries"] for s in ver["scores"] if s["method"] == "dawn"}
+    budgets = {b for _, b in scored}
+    assert budgets == {50, 100} and set(ver["negatives"]["scores"]["dawn"]) == {"50", "100"}
+    per_budget = {b: {q for (_, bb), q in scored.items() if bb == b} for b in budgets}
+    assert all(len(v) == 1 for v in per_budget.values())  # both tracks meet one set per checkpoint
+    assert 0 < per_budget[50].pop() < per_budget[100].pop()  # the later set holds the earlier one and more

@@ -65,6 +65,7 @@ class VerificationProbe(Probe):
         self.negative_ids: list[str] = []
         self.negative_scores: dict[str, dict[str, list[float]]] = {}
         self.population: Any = None
+        self.prepared_at: dict[str, int] = {}
 
     @classmethod
     def configure(cls, raw: Mapping[str, Any]) -> VerificationParams:
@@ -181,15 +182,25 @@ class VerificationProbe(Probe):
         artifacts.atomic_write_text(path, json.dumps({"key": key, "scores": scores}))
         return scores
 
+    def _watermarks_at(self, world: World, method: str, budget: int) -> None:
+        """Prepare a defense-reading method (DAWN) from what the run's defense served among the first
+        ``budget`` answers, and score the negatives on it; once per checkpoint. A track may score its
+        substitute before this probe's own ``checkpoint`` hook runs, so both call it."""
+        if self.prepared_at.get(method) == budget:
+            return
+        verifier = self.methods[method]
+        defense = _served_by(world, verifier.needs_defense)
+        self.states[method] = verifier.prepare(world.prep.victim, self.owner,
+                                               generator(self.params.owner_seed, f"verification:{method}"),
+                                               defense=defense, upto=budget)
+        self.negative_scores.setdefault(method, {})[str(budget)] = self._score_negatives(method)
+        self.prepared_at[method] = budget
+
     def checkpoint(self, world: World, budget: int, emit: Emit) -> None:
         t0 = time.perf_counter()
         for method, verifier in self.methods.items():
-            if verifier.needs_defense is not None:  # what the defense served up to this checkpoint
-                defense = _served_by(world, verifier.needs_defense)
-                self.states[method] = verifier.prepare(world.prep.victim, self.owner,
-                                                       generator(self.params.owner_seed, f"verification:{method}"),
-                                                       defense=defense, upto=budget)
-                self.negative_scores.setdefault(method, {})[str(budget)] = self._score_negatives(method)
+            if verifier.needs_defense is not None:
+                self._watermarks_at(world, method, budget)
         self.timings["verification"] += time.perf_counter() - t0
 
     def substitute(self, world: World, scored: Scored) -> None:
@@ -197,8 +208,8 @@ class VerificationProbe(Probe):
 
         t0 = time.perf_counter()
         for method, verifier in self.methods.items():
-            if method not in self.states:
-                continue
+            if verifier.needs_defense is not None:
+                self._watermarks_at(world, method, int(scored.budget))
             suspect = Suspect(scored.model)
             value = verifier.score(self.states[method], suspect)
             self.rows.append(measurement(world.seed, scored.budget, scored.track, self.name, f"{method}_score",
