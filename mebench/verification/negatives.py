@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 from torch import nn
@@ -101,7 +101,3 @@ def population(pop: Population, make_model: Callable[[str], nn.Module], images: 
         digests.append(cachedir.key_digest(key))
     return models, digests
 
-
-def archs_of(archs: Sequence[str], default: str) -> tuple[str, ...]:
-    """``archs``, or ``(default,)`` when empty."""
-    return tuple(archs) or (default,)
