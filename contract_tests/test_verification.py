@@ -353,7 +353,7 @@ def test_keyed_rates_read_like_the_plain_bootstrap_with_one_key():
 
 def test_the_report_decides_each_condition_from_the_records():
     from mebench.report.load import RunRecord
-    from mebench.report.verification import verification_frame, verification_table
+    from mebench.report.verification import evasion_lines, verification_frame, verification_table
 
     def record(seed, attack, score):
         ver = {"methods": {"akh": {}}, "negatives": {"count": 100, "scores": {"akh": {"*": [i / 1000 for i in range(100)]}}},
@@ -364,10 +364,16 @@ def test_the_report_decides_each_condition_from_the_records():
                                            "victim": {"victim_id": "v"}, "defense": {"name": "none"}})
 
     recs = [record(s, "thief", 0.5) for s in range(3)] + [record(s, "null", 0.03 * s) for s in range(3)]
+    recs += [record(s, "part", 0.5 if s == 0 else 0.0) for s in range(3)]
     t = verification_table(verification_frame(recs), n_boot=200).set_index("attack")
     assert t.loc["thief", "tpr_at_0.01"] == 1.0 and t.loc["null", "tpr_at_0.01"] == 0.0
     assert t.loc["thief", "clones"] == 3 and t.loc["thief", "negatives"] == 100
     assert bool(t.loc["thief", "resolved_0.01"]) and not bool(t.loc["thief", "resolved_0.001"])
+    lines = evasion_lines(t.reset_index())  # the page's paragraph: who evades which method, from the same table
+    assert lines[0] == ("akh at 1k: catches every clone of thief (surrogate, soft_prob); some clones of part "
+                        "(surrogate, soft_prob) 1/3; is evaded by null (surrogate, soft_prob).")
+    assert lines[1:] == ["FPR 1% is resolved in every cell (100 negatives; 100 resolve it).",
+                         "FPR 0.1% is resolved in no cell (100 negatives; 1,000 resolve it)."]
 
 
 # issue 56: behind the dawn defense, each checkpoint's substitutes (Track A and B) are scored on the

@@ -168,4 +168,43 @@ def verification_blocks(table_: pd.DataFrame) -> list[Block]:
                    table(["attack", "substitute", "track", "B", "TPR@1%", "TPR@0.1%", "clones / negatives",
                           "queries"], rows)]
     blocks += [Block("h2", "Caught by no method at FPR 1%"), Block("p", " ".join(caught_by_none(table_)))]
+    for (dataset, victim), t in table_.groupby(["dataset", "victim_id"], sort=True):
+        blocks += [Block("h2", f"{dataset} · {victim} · who evades which method (Track A, FPR 1%)"),
+                   Block("p", " ".join(evasion_lines(t)))]
     return blocks
+
+
+def evasion_lines(t: pd.DataFrame, track: str = "A") -> list[str]:
+    """One dataset's conditions sorted by how each method fares, one sentence per method and checkpoint:
+    the attacks whose clones it catches every time, those it catches some of the time and those that
+    evade it (no clone caught) at FPR 1 %; then one sentence on which rates the negatives resolve."""
+    t = t[t["track"] == track]
+    if t.empty:
+        return []
+    usual = t["arch"].mode()[0]
+    lines = []
+    for (method, b), g in t.groupby(["method", "checkpoint_B"], sort=True):
+        groups: dict[str, list[str]] = {"all": [], "some": [], "none": []}
+        for _, r in g.sort_values(["attack", "data_mode", "output_mode", "defense", "arch"]).iterrows():
+            v = r["tpr_at_0.01"]
+            name = _name(r["attack"], r["data_mode"], r["output_mode"], r["defense"], r["arch"], usual)
+            groups["none" if not v else "all" if v >= 1.0 else "some"].append(
+                name if v in (0, 1) else f"{name} {round(v * r['clones'])}/{int(r['clones'])}")
+        n = len(g)
+        parts = []
+        if groups["all"]:
+            parts.append("catches every clone of " + ("every attack" if len(groups["all"]) == n else ", ".join(groups["all"])))
+        if groups["some"]:
+            parts.append("some clones of " + ", ".join(groups["some"]))
+        if groups["none"]:
+            parts.append("is evaded by " + ("every attack" if len(groups["none"]) == n else ", ".join(groups["none"])))
+        lines.append(f"{method} at {budget_label(int(b))}: " + "; ".join(parts) + ".")
+    negs = sorted({int(v) for v in t["negatives"]})
+    for fpr in FPRS:
+        flags = t[f"resolved_{fpr:g}"].astype(bool)
+        need = math.ceil(1 / fpr)
+        state = ("resolved in every cell" if flags.all() else "resolved in no cell" if not flags.any()
+                 else f"resolved in {int(flags.sum())} of {len(flags)} cells")
+        lines.append(f"FPR {fpr:.1%}".replace(".0%", "%") + f" is {state} ({'/'.join(map(str, negs))} negatives; "
+                     f"{need:,} resolve it).")
+    return lines
