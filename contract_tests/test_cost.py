@@ -67,6 +67,28 @@ def test_transfer_and_its_reference_model_are_counted(make_cfg) -> None:
     assert three.phases["transfer_reference"] == pytest.approx(2 * p["transfer_reference"])
 
 
+def test_verification_and_its_negatives_are_counted(make_cfg) -> None:
+    # issue 56: the verification probe sends each method's images to every scored substitute and
+    # prepares the owner's keys through the victim; its negatives are trained and scored once per
+    # machine (a cached population is one term switched off)
+    from mebench.data.profiles import PROFILES
+    from mebench.verification import VERIFIERS
+
+    cfg = make_cfg(budget={"max_budget": 500, "checkpoints": [200, 500]},
+                   measure={"verification": {"methods": ["akh", "dataset_inference"], "negatives": 6,
+                                             "negative_steps": 50, "akh": {"queries": 30}}})
+    public = PROFILES.get(cfg.dataset.name).test_size // 2
+    akh = VERIFIERS.get("akh").planned_images(VERIFIERS.get("akh").Params(queries=30), public)
+    di = VERIFIERS.get("dataset_inference").planned_images(VERIFIERS.get("dataset_inference").Params(), public)
+    assert akh == (30, public + 30) and di[0] == 2 * 50 * 10 * 50
+    p = phases(cfg, negatives_cached=False)
+    assert p["verification"] == pytest.approx(2 * (akh[0] + di[0]) * F + (akh[1] + di[1]) * F)  # 2 checkpoints, Track A
+    assert p["verification_negatives"] == pytest.approx(6 * (50 * T + (akh[0] + di[0]) * F))
+    assert phases(cfg, negatives_cached=True)["verification_negatives"] == 0.0
+    three = estimate([cfg] * 3, threads=1, workers=2, times=fake_times, negatives_cached=False)
+    assert three.phases["verification_negatives"] == pytest.approx(2 * p["verification_negatives"])
+
+
 def test_init_variance_adds_its_trainings(make_cfg) -> None:
     from mebench.data.profiles import PROFILES
     from mebench.training.loop import steps_for_budget

@@ -256,15 +256,21 @@ def test_list_verifiers(capsys):
 # verifier, as long rows of measurements.csv, and never moves the oracle: the run's metrics rows and
 # queries are the same bytes with and without it.
 @pytest.mark.slow  # two engine runs
-def test_the_verification_probe_scores_each_substitute_and_never_queries_the_victim(make_cfg):
+def test_the_verification_probe_scores_each_substitute_and_never_queries_the_victim(make_cfg, tmp_path, monkeypatch):
     import csv
 
+    from mebench.harness.cost import estimate
     from mebench.run import engine
 
+    monkeypatch.setenv("MEBENCH_CACHE_DIR", str(tmp_path / "cache"))  # no earlier test's negatives
     tiny = {"budget": {"max_budget": 100, "checkpoints": [50, 100]}}
     plain = engine.run(make_cfg(**tiny), progress=False)
     probe = {"methods": ["akh", "sac"], "negatives": 4, "negative_steps": 10, "sac": {"queries": 20}}
-    probed = engine.run(make_cfg(**tiny, measure={"verification": probe}), progress=False)
+    cfg = make_cfg(**tiny, measure={"verification": probe})
+    negatives = lambda: estimate([cfg], threads=1).phases["verification_negatives"]  # noqa: E731  (asks the cache)
+    assert negatives() > 0
+    probed = engine.run(cfg, progress=False)
+    assert negatives() == 0.0  # the estimate knows the run left them in the cache
     a, b = plain.directory / "seed_0", probed.directory / "seed_0"
     assert (a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes()
     summary = json.loads((b / "summary.json").read_text())

@@ -29,6 +29,13 @@ warning and the large-run guard only, never a result. See docs/guide/grid.md.
 # - ``defense_utility``: the test split through the defended victim;
 # - ``detection``: ``benign_streams`` benign streams of ``max_budget`` images per source through the
 #   defended victim and the detector (its declared ``answer_forwards``);
+# - ``verification``: per scored model (each checkpoint and track), the images each verification method
+#   sends to the suspect (``Verifier.planned_images``), a suspect forward ``F(substitute)`` each, and the
+#   owner's key prepared once a run from the victim (its declared victim images, ``F(victim)`` each);
+# - ``verification_negatives``: the owner's negatives (``measure.verification.negatives`` models,
+#   ``negative_steps`` Adam steps of ``T(arch)`` each) and their scores under each method's key, once per
+#   machine (cached; counted once per worker); ``negatives_cached=True`` drops the term
+#   (``mebench.probes.verification.negatives_cached``);
 # - ``prepare``: loading data and the victim's test answers (``OVERHEAD_S`` plus the test split
 #   through the victim).
 #
@@ -54,7 +61,7 @@ LENET5_REF_STEP_S = 0.015
 #: Per-cell fixed work (loading data, building models), seconds.
 OVERHEAD_S = 2.0
 PHASES = ("prepare", "queries", "attack", "track_a", "track_b", "transfer", "transfer_reference",
-          "defense_fit", "defense_utility", "detection")
+          "defense_fit", "defense_utility", "detection", "verification", "verification_negatives")
 
 #: ``times(arch, input_shape, num_classes) -> {"train_step_s", "forward_image_s", ...}``.
 Times = Callable[[str, tuple, int], dict]
@@ -113,12 +120,14 @@ def human(seconds: float) -> str:
 
 
 def estimate(runs: Iterable[Any], *, workers: int = 1, threads: Optional[int] = None, device: str = "cpu",
-             reference_cached: Optional[bool] = None, times: Optional[Times] = None, load: Optional[float] = None) -> Cost:
+             reference_cached: Optional[bool] = None, times: Optional[Times] = None, load: Optional[float] = None,
+             negatives_cached: Optional[bool] = None) -> Cost:
     """The estimate for ``runs`` (``RunPlan``s, or ``RunConfig``s resolved for their first seed) run on
     ``workers`` processes of ``threads`` torch threads each (default: this process's count), at the
     machine's 1-minute ``load`` average (default: now; measured times are rescaled from the load
     they were measured at, ``calibration.load_factor``). ``reference_cached`` None asks the disk
-    cache per plan (``refcache.ensemble_cached``); True or False says it for every plan."""
+    cache per plan (``refcache.ensemble_cached``); True or False says it for every plan;
+    ``negatives_cached`` likewise for the verification probe's negatives (``negatives_cached``)."""
     import torch
 
     from mebench.harness.calibration import load_now
@@ -133,7 +142,7 @@ def estimate(runs: Iterable[Any], *, workers: int = 1, threads: Optional[int] = 
     shared: dict[tuple, list] = {}
     longest = 0.0
     for plan in plans:
-        cell, once = cell_seconds(plan, probe, reference_cached)
+        cell, once = cell_seconds(plan, probe, reference_cached, negatives_cached)
         for k, v in cell.items():
             phases[k] += v
         for key, seconds in once.items():  # trained once per process: count it once per worker that needs it
@@ -147,7 +156,8 @@ def estimate(runs: Iterable[Any], *, workers: int = 1, threads: Optional[int] = 
                 usable_cpus(), probe.describe())
 
 
-def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = False) -> tuple[dict[str, float], dict]:
+def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = False,
+                 negatives_cached: Optional[bool] = False) -> tuple[dict[str, float], dict]:
     """One cell's seconds per phase, and the work shared by the cells of one process (``{(phase, spec): s}``)."""
     from mebench.attacks import ATTACKS
     from mebench.data.profiles import PROFILES
@@ -202,6 +212,12 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = 
                                                + prof.test_size * sub["forward_image_s"])
         if transfer is not None and transfer.methods:
             s["transfer"] += init_variance.inits * per_model
+    verification = probes.get("verification")
+    if verification is not None and verification.methods:
+        s["verification"], negatives = _verification_seconds(plan, verification, probe, prof.test_size // 2,
+                                                              n_ckpt * (1 + track_b), negatives_cached)
+        if negatives:
+            once[("verification_negatives", plan.dataset, repr(verification), plan.victim.checkpoint_sha256)] = negatives
     if d.name != "none":
         s["defense_utility"] = prof.test_size * answer
         if d_cost.fit_steps:
@@ -211,6 +227,37 @@ def cell_seconds(plan: Any, probe: "_Probe", reference_cached: Optional[bool] = 
             sources = 1 + bool(detection.benign_dataset)
             s["detection"] = detection.benign_streams * sources * plan.max_budget * answer
     return s, once
+
+
+def _verification_seconds(plan: Any, params: Any, probe: "_Probe", public: int, scored: int,
+                          cached: Optional[bool]) -> tuple[float, float]:
+    """The verification probe's seconds in one cell (suspect queries and the owner's keys) and, unless
+    cached, the negatives' training and scoring (once per machine)."""
+    from mebench.probes.verification import negatives_cached, negatives_key
+    from mebench.verification import VERIFIERS
+
+    shape, k = tuple(plan.input_shape), plan.victim.num_classes
+    sub, vic = probe(plan.track_a.arch, shape, k), probe(plan.victim.arch or plan.track_a.arch, shape, k)
+    per_suspect, keys = 0, 0
+    for method in params.methods:
+        cls = VERIFIERS.get(method)
+        if cls.needs_defense is not None and cls.needs_defense != plan.defense.name:
+            continue
+        m = params.params_of(method) or cls.Params()
+        suspect, prepare = cls.planned_images(m, public)
+        per_suspect, keys = per_suspect + suspect, keys + prepare
+    seconds = scored * per_suspect * sub["forward_image_s"] + keys * vic["forward_image_s"]
+    if cached is None:
+        cached = negatives_cached(negatives_key(plan, params, probe.threads))
+    if cached:
+        return seconds, 0.0
+    archs = tuple(params.negative_archs) or tuple(dict.fromkeys([plan.victim.arch or plan.track_a.arch,
+                                                                  plan.track_a.arch]))
+    negatives = 0.0
+    for i in range(params.negatives):
+        t = probe(archs[i % len(archs)], shape, k)
+        negatives += params.negative_steps * t["train_step_s"] + per_suspect * t["forward_image_s"]
+    return seconds, negatives
 
 
 class _Probe:

@@ -25,6 +25,35 @@ if TYPE_CHECKING:
 
 #: The cache kind of a population's scores under one owner key (``mebench.support.cachedir``).
 SCORES_KIND = "negative-scores"
+#: Index entries: which cached negatives and scores a run plan's verification reads (``negatives_key``),
+#: so a cost estimate can tell, without loading any data, that a run will not train or score them.
+INDEX_KIND = "negative-index"
+
+
+def negatives_key(plan: Any, params: "VerificationParams", threads: int) -> dict[str, Any]:
+    """What a plan's negatives and their scores depend on, as the plan states it: dataset, victim file
+    hash, the probe's parameters, the substitute's architecture (the default negative architectures),
+    the torch build and thread count (not the data's bytes: an estimate does not read the data)."""
+    import torch
+
+    from mebench.support.serial import jsonable
+
+    return {"dataset": plan.dataset, "victim_sha256": plan.victim.checkpoint_sha256,
+            "params": jsonable(dataclasses.asdict(params)), "substitute": plan.track_a.arch,
+            "victim_arch": plan.victim.arch, "torch": torch.__version__, "threads": int(threads)}
+
+
+def negatives_cached(key: dict[str, Any]) -> bool:
+    """Whether a run with this ``negatives_key`` found (or left) every negative and score in the cache."""
+    from pathlib import Path
+
+    from mebench.support import cachedir
+
+    try:
+        entries = json.loads(cachedir.entry_path(INDEX_KIND, key, ".json").read_text())["entries"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(entries) and all(Path(e).is_file() for e in entries)
 
 
 @dataclass(frozen=True)
@@ -66,6 +95,7 @@ class VerificationProbe(Probe):
         self.negative_scores: dict[str, dict[str, list[float]]] = {}
         self.population: Any = None
         self.prepared_at: dict[str, int] = {}
+        self.score_paths: list[str] = []
 
     @classmethod
     def configure(cls, raw: Mapping[str, Any]) -> VerificationParams:
@@ -150,7 +180,20 @@ class VerificationProbe(Probe):
                 self.states[method] = self.methods[method].prepare(
                     prep.victim, self.owner, generator(p.owner_seed, f"verification:{method}"))
                 self.negative_scores[method] = {"*": self._cached_negative_scores(world, method)}
+        self._write_index(world)
         self.timings["verification"] += time.perf_counter() - t0
+
+    def _write_index(self, world: World) -> None:
+        import torch
+
+        from mebench.run import artifacts
+        from mebench.support import cachedir
+        from mebench.verification.negatives import KIND
+
+        entries = [str(cachedir.cache_root() / KIND / f"{d}.pt") for d in self.negative_ids] + self.score_paths
+        path = cachedir.entry_path(INDEX_KIND, negatives_key(world.plan, self.params, torch.get_num_threads()), ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        artifacts.atomic_write_text(path, json.dumps({"entries": entries}, indent=1))
 
     def _score_negatives(self, method: str) -> list[float]:
         from mebench.verification import Suspect
@@ -171,6 +214,7 @@ class VerificationProbe(Probe):
                "owner": fingerprint(self.owner.train_x[:1000], self.owner.train_y, self.owner.public_x, self.owner.public_y),
                "code": 1}
         path = cachedir.entry_path(SCORES_KIND, key, ".json")
+        self.score_paths.append(str(path))
         try:
             cached = json.loads(path.read_text())
             if cached.get("key") == json.loads(json.dumps(key)) and len(cached["scores"]) == len(self.negatives):

@@ -100,6 +100,12 @@ class Verifier:
         """How many images ``score`` sends to one suspect."""
         raise NotImplementedError
 
+    @classmethod
+    def planned_images(cls, params: Any, public: int) -> tuple[int, int]:
+        """For a cost estimate, before any data is read: the images ``score`` sends to one suspect, and
+        the images ``prepare`` sends through the victim, with ``public`` public points. Default: none."""
+        return 0, 0
+
     def describe(self) -> dict:
         """What a record says about the method."""
         return {"name": self.name, "paper": self.paper, "reference": self.reference,

@@ -122,6 +122,11 @@ class DatasetInference(Verifier):
         public = (owner.public_x[pick_public[p.fit_points:]], owner.public_y[pick_public[p.fit_points:]])
         return InferenceKey(held, public, seed, mean, std, regressor)
 
+    @classmethod
+    def planned_images(cls, params: Any, public: int) -> tuple[int, int]:
+        walk = params.walks * params.steps  # one label per step of each walk
+        return 2 * params.points * walk, 2 * params.fit_points * walk
+
     def suspect_queries(self, state: InferenceKey) -> int:
         return (len(state.private[0]) + len(state.public[0])) * self.params.walks * self.params.steps
 

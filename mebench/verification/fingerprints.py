@@ -84,6 +84,10 @@ class _NegativeQueryFingerprint(Verifier):
     def suspect_queries(self, state: FingerprintKey) -> int:
         return len(state.images)
 
+    @classmethod
+    def planned_images(cls, params: Any, public: int) -> tuple[int, int]:
+        return params.queries, public + params.queries  # the victim labels the public points, then answers the key
+
 
 @register_verifier
 class Akh(_NegativeQueryFingerprint):
