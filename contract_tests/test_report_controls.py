@@ -365,3 +365,33 @@ def test_report_shows_the_named_control_and_its_data_mode(tmp_path):
     row = next(r for r in board if r["label"] == "dfms" and r["track"] == "A")
     assert row["gain_vs_untrained_generator_final"] == pytest.approx(
         np.mean([DELTA[s] + 0.2 for s in range(3)]))
+
+
+# issue 58: the leaderboard page says which registered attacks have their row from the records and the
+# registry, never by hand: a row counts with 3 complete seeds at 1k and 10k; a failed seed-run, a
+# defended run or a missing checkpoint does not count, and every registered attack and mode is listed.
+def test_the_coverage_table_lists_every_registered_attack_and_counts_only_complete_rows():
+    from mebench.report.coverage import coverage_markdown, coverage_rows, registered_attacks
+
+    def summary(name, mode, seed, label=None, status="complete", budgets=(1000, 10000), defense="none"):
+        return {"status": status, "seed": seed, "defense": {"name": defense},
+                "attack": {"name": name, "output_mode": mode, "label": label or name},
+                "dataset": {"data_mode": "surrogate"},
+                "results": [{"track": "A", "checkpoint_B": b} for b in budgets]}
+
+    summaries = [summary("knockoff", "soft_prob", s) for s in range(3)]
+    summaries += [summary("knockoff", "hard_top1", s) for s in range(2)]
+    summaries += [summary("knockoff", "hard_top1", 2, status="failed"),
+                  summary("activethief", "soft_prob", 0, "activethief_fast"),
+                  summary("activethief", "soft_prob", 1, "activethief_fast", budgets=(1000,)),
+                  summary("activethief", "soft_prob", 2, "activethief_fast", defense="dawn")]
+    attacks = registered_attacks()
+    rows = {(r["attack"], r["output_mode"]): r for r in coverage_rows(summaries, attacks)}
+    assert set(rows) == {(n, m) for n, (modes, _) in attacks.items() for m in modes}
+    assert rows["knockoff", "soft_prob"]["covered"] and rows["knockoff", "soft_prob"]["rows"] == ["knockoff (surrogate): 3"]
+    assert not rows["knockoff", "hard_top1"]["covered"]
+    assert rows["activethief", "soft_prob"]["rows"] == ["activethief_fast (surrogate): 1"]
+    assert not rows["activethief", "soft_prob"]["covered"] and rows["activethief", "hard_top1"]["rows"] == []
+    text = coverage_markdown(summaries, attacks)
+    assert f"1 of {len(rows)} attack × output-mode rows have 3 seeds." in text
+    assert "knockoff (hard_top1)" in text.splitlines()[-1] and "knockoff (soft_prob)" not in text.splitlines()[-1]
