@@ -438,10 +438,10 @@ def _check_measure(cfg: RunConfig) -> None:
 
     scope = ProbeScope(cfg.dataset.name, cfg.dataset.data_mode, cfg.attack.output_mode)
     for cls in PROBES.values():
-        cls.check(probe_params(cfg, cls), scope)
+        cls.check(configured_probe_params(cfg, cls), scope)
 
 
-def probe_params(cfg: RunConfig, cls: Any) -> Any:
+def configured_probe_params(cfg: RunConfig, cls: Any) -> Any:
     """A probe's typed ``Params`` from ``measure.<name>`` (defaults filled in), built once per config."""
     return cfg.typed(f"probe:{cls.name}", ("measure",), lambda: cls.configure(cfg.measure_params(cls.name)))
 

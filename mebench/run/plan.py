@@ -229,12 +229,12 @@ def adaptive_plan(raw: Mapping[str, Any], output_mode: str, describe: Any) -> Op
 def _probes(cfg: "RunConfig", plan: RunPlan) -> tuple[ProbePlan, ...]:
     """The probes a run of ``plan`` measures, in the order the engine tells them its events: the
     built-ins where they apply, any other probe only where ``measure.<name>`` names it."""
-    from mebench.config.validation import probe_params
+    from mebench.config.validation import configured_probe_params
     from mebench.probes import PROBES
 
     chosen = []
     for cls in PROBES.values():
-        params = probe_params(cfg, cls)  # built and checked when the config was validated
+        params = configured_probe_params(cfg, cls)  # built and checked when the config was validated
         if (cls.runs_by_default or cls.name in cfg.measure) and cls.applies(plan, params):
             chosen.append(ProbePlan(cls.name, params))
     return tuple(chosen)
