@@ -1,24 +1,24 @@
-"""Which registered attacks the leaderboard's records cover on its victim: every attack in every output
-mode it supports, its rows in ``results/leaderboard-fashionmnist`` and whether it has its 3-seed row at 1k and
-10k (``mebench.report.coverage``). Gives ``mebench docs`` the table ``coverage.md``
-(docs/results/leaderboard.md, "Where it stands").
+"""Which registered attacks the FashionMNIST leaderboard's records cover: the table of
+``studies/leaderboard-mnist/summarize.py`` (whose function it runs) on ``results/leaderboard-fashionmnist``.
 
     python studies/leaderboard-fashionmnist/summarize.py     # prints the table
 """
 
 from __future__ import annotations
 
-import json
+import importlib.util
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[2] / "results" / "leaderboard-fashionmnist"  # the set's records
+ROOT = Path(__file__).resolve().parents[2]
+HERE = ROOT / "results" / "leaderboard-fashionmnist"  # the set's records
 
 
 def tables(set_dir: Path = HERE) -> dict[str, str]:
-    from mebench.report.coverage import coverage_markdown, registered_attacks
-
-    summaries = [json.loads(p.read_text()) for p in sorted(set_dir.glob("*/summary.json"))]
-    return {"coverage.md": coverage_markdown(summaries, registered_attacks())}
+    spec = importlib.util.spec_from_file_location("leaderboard_mnist_study", ROOT / "studies" / "leaderboard-mnist"
+                                                  / "summarize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.tables(set_dir)
 
 
 if __name__ == "__main__":
