@@ -171,6 +171,7 @@ class VerificationProbe(Probe):
         hx = OwnerData.from_uint8(held, held).train_x  # float pixels in [0, 1]
         self.negatives, self.negative_ids = population(self.population, make_model, hx, held[1].long())
         self.timings["negatives"] += time.perf_counter() - t0
+        t0 = time.perf_counter()  # "verification" below: the owner's keys and the negatives' scores, not their training
         for method in p.methods:
             cls = VERIFIERS.get(method)
             if cls.needs_defense is not None and cls.needs_defense != plan.defense.name:
