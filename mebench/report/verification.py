@@ -193,11 +193,11 @@ def evasion_lines(t: pd.DataFrame, track: str = "A") -> list[str]:
         n = len(g)
         parts = []
         if groups["all"]:
-            parts.append("catches every clone of " + ("every attack" if len(groups["all"]) == n else ", ".join(groups["all"])))
+            parts.append("catches every clone of " + ("every attack it scored" if len(groups["all"]) == n else ", ".join(groups["all"])))
         if groups["some"]:
             parts.append("some clones of " + ", ".join(groups["some"]))
         if groups["none"]:
-            parts.append("is evaded by " + ("every attack" if len(groups["none"]) == n else ", ".join(groups["none"])))
+            parts.append("is evaded by " + ("every attack it scored" if len(groups["none"]) == n else ", ".join(groups["none"])))
         lines.append(f"{method} at {budget_label(int(b))}: " + "; ".join(parts) + ".")
     negs = sorted({int(v) for v in t["negatives"]})
     for fpr in FPRS:
