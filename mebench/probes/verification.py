@@ -15,6 +15,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from mebench.probes.base import Emit, Probe, Scored, measurement, register_probe
@@ -45,15 +46,9 @@ def negatives_key(plan: Any, params: "VerificationParams", threads: int) -> dict
 
 def negatives_cached(key: dict[str, Any]) -> bool:
     """Whether a run with this ``negatives_key`` found (or left) every negative and score in the cache."""
-    from pathlib import Path
-
     from mebench.support import cachedir
 
-    try:
-        entries = json.loads(cachedir.entry_path(INDEX_KIND, key, ".json").read_text())["entries"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return bool(entries) and all(Path(e).is_file() for e in entries)
+    return cachedir.index_complete(INDEX_KIND, key)
 
 
 @dataclass(frozen=True)
@@ -92,10 +87,11 @@ class VerificationProbe(Probe):
         self.owner: Any = None
         self.negatives: list[Any] = []
         self.negative_ids: list[str] = []
+        self.negative_paths: list[Path] = []  # their cache entries (for the index)
         self.negative_scores: dict[str, dict[str, list[float]]] = {}
         self.population: Any = None
         self.prepared_at: dict[str, int] = {}
-        self.score_paths: list[str] = []
+        self.score_paths: list[Path] = []
 
     @classmethod
     def configure(cls, raw: Mapping[str, Any]) -> VerificationParams:
@@ -169,7 +165,8 @@ class VerificationProbe(Probe):
 
         self.population = Population(p.negatives, archs, p.negative_steps, p.owner_seed)
         hx = OwnerData.from_uint8(held, held).train_x  # float pixels in [0, 1]
-        self.negatives, self.negative_ids = population(self.population, make_model, hx, held[1].long())
+        self.negatives, self.negative_ids, self.negative_paths = population(self.population, make_model, hx,
+                                                                            held[1].long())
         self.timings["negatives"] += time.perf_counter() - t0
         t0 = time.perf_counter()  # "verification" below: the owner's keys and the negatives' scores, not their training
         for method in p.methods:
@@ -187,14 +184,10 @@ class VerificationProbe(Probe):
     def _write_index(self, world: World) -> None:
         import torch
 
-        from mebench.run import artifacts
         from mebench.support import cachedir
-        from mebench.verification.negatives import KIND
 
-        entries = [str(cachedir.cache_root() / KIND / f"{d}.pt") for d in self.negative_ids] + self.score_paths
-        path = cachedir.entry_path(INDEX_KIND, negatives_key(world.plan, self.params, torch.get_num_threads()), ".json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        artifacts.atomic_write_text(path, json.dumps({"entries": entries}, indent=1))
+        cachedir.write_index(INDEX_KIND, negatives_key(world.plan, self.params, torch.get_num_threads()),
+                             self.negative_paths + self.score_paths)
 
     def _score_negatives(self, method: str) -> list[float]:
         from mebench.verification import Suspect
@@ -215,7 +208,7 @@ class VerificationProbe(Probe):
                "owner": fingerprint(self.owner.train_x[:1000], self.owner.train_y, self.owner.public_x, self.owner.public_y),
                "code": 1}
         path = cachedir.entry_path(SCORES_KIND, key, ".json")
-        self.score_paths.append(str(path))
+        self.score_paths.append(path)
         try:
             cached = json.loads(path.read_text())
             if cached.get("key") == json.loads(json.dumps(key)) and len(cached["scores"]) == len(self.negatives):

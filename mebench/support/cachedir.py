@@ -65,3 +65,26 @@ def entry_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+# An *index* entry records which cached files one run plan reads (the transferability references,
+# the verification probe's negatives and their scores), keyed by what the plan states, so a cost
+# estimate can tell without loading any data that a run will not train them. It is JSON:
+# ``{"key": key, "entries": [path, ...]}``.
+def write_index(kind: str, key: Any, entries: list[str] | list[Path]) -> Path:
+    """Record (atomically) that the plan ``key`` reads the cached files ``entries``; returns the path."""
+    from mebench.run import artifacts  # deferred: this module stays import-light for the estimate
+
+    path = entry_path(kind, key, ".json")
+    text = json.dumps({"key": key, "entries": [str(e) for e in entries]}, sort_keys=True, indent=1, default=str)
+    artifacts.atomic_write_text(path, text)
+    return path
+
+
+def index_complete(kind: str, key: Any) -> bool:
+    """Whether the plan ``key``'s index exists and every file it lists is still in the cache."""
+    try:
+        entries = json.loads(entry_path(kind, key, ".json").read_text())["entries"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(entries) and all(Path(e).is_file() for e in entries)

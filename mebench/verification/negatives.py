@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -84,20 +85,22 @@ class Population:
 
 
 def population(pop: Population, make_model: Callable[[str], nn.Module], images: torch.Tensor,
-               labels: torch.Tensor) -> tuple[list[nn.Module], list[str]]:
-    """The ``pop.count`` negatives trained on ``(images, labels)`` (float pixels, ground truth) and the
-    digest of each one's cache entry. Each is read from the machine-wide cache when there, else trained
+               labels: torch.Tensor) -> tuple[list[nn.Module], list[str], list[Path]]:
+    """The ``pop.count`` negatives trained on ``(images, labels)`` (float pixels, ground truth), the
+    digest of each one's cache entry and its path. Each is read from the machine-wide cache when there, else trained
     once and stored (``fitcache.load_or_fit``): a set of runs shares one population."""
     data = fingerprint(images, labels)
-    models, digests = [], []
+    models, digests, paths = [], [], []
     for i in range(pop.count):
         arch, seed = pop.member(i)
         key = {"recipe": RECIPE_VERSION, "arch": arch, "seed": seed, "steps": pop.steps, "data": data,
                "torch": torch.__version__, "threads": torch.get_num_threads()}
-        model, _ = fitcache.load_or_fit(cachedir.entry_path(KIND, key, ".pt"), key, lambda a=arch: make_model(a),
+        path = cachedir.entry_path(KIND, key, ".pt")
+        model, _ = fitcache.load_or_fit(path, key, lambda a=arch: make_model(a),
                                         lambda a=arch, s=seed: train_negative(lambda: make_model(a), images, labels, s,
                                                                               steps=pop.steps))
         models.append(model.eval())
         digests.append(cachedir.key_digest(key))
-    return models, digests
+        paths.append(path)
+    return models, digests, paths
 

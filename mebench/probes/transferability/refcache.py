@@ -32,7 +32,6 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from mebench.run import artifacts
 from mebench.support import cachedir, fitcache, identity
 from mebench.support.seeding import derive_seed
 from mebench.training.track_a import TrackASpec, TrackATrainer
@@ -140,10 +139,8 @@ def reference_ensemble(base: TrackASpec, k: int, checkpoint_ref: Optional[str], 
     specs = reference_specs(base, k, checkpoint_ref, len(x))
     models = [load_or_train(spec, device, x, y, fp) for spec in specs]
     if index is not None:
-        paths = [str(entry(cache_key(spec, device, torch.get_num_threads(), fp))) for spec in specs]
-        path = cachedir.entry_path(INDEX_KIND, index, ".json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        artifacts.atomic_write_text(path, json.dumps({"key": index, "entries": paths}, sort_keys=True, indent=1))
+        cachedir.write_index(INDEX_KIND, index, [entry(cache_key(spec, device, torch.get_num_threads(), fp))
+                                                 for spec in specs])
     return models
 
 
@@ -165,12 +162,7 @@ def ensemble_key(plan: Any, k: int, device: torch.device | str, threads: int) ->
 
 def ensemble_cached(key: dict[str, Any]) -> bool:
     """Whether a run with this ``ensemble_key`` found (or left) every member in the cache."""
-    path = cachedir.entry_path(INDEX_KIND, key, ".json")
-    try:
-        entries = json.loads(path.read_text())["entries"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return bool(entries) and all(Path(e).is_file() for e in entries)
+    return cachedir.index_complete(INDEX_KIND, key)
 
 
 def missing_members(base: TrackASpec, k: int, checkpoint_ref: Optional[str], device: torch.device | str,
