@@ -361,25 +361,33 @@ def test_the_report_decides_each_condition_from_the_records():
     from mebench.report.load import RunRecord
     from mebench.report.verification import evasion_lines, verification_frame, verification_table
 
-    def record(seed, attack, score):
+    def record(seed, attack, score, collapsed=False):
         ver = {"methods": {"akh": {}}, "negatives": {"count": 100, "scores": {"akh": {"*": [i / 1000 for i in range(100)]}}},
                "scores": [{"track": "A", "checkpoint_B": 1000, "method": "akh", "score": score, "queries": 100}]}
+        health = [{"track": "A", "checkpoint_B": 1000, "flags": ["Track A B=1,000 collapsed: ..."] if collapsed else []},
+                  {"track": "B", "checkpoint_B": 1000, "flags": ["Track B B=1,000 collapsed: ..."]}]  # another track's
         return RunRecord(rows=[], summary={"status": "complete", "seed": seed, "verification": ver,
                                            "attack": {"label": attack, "output_mode": "soft_prob"},
                                            "dataset": {"name": "SYNTH", "data_mode": "surrogate"},
-                                           "victim": {"victim_id": "v"}, "defense": {"name": "none"}})
+                                           "victim": {"victim_id": "v"}, "defense": {"name": "none"},
+                                           "training_health": health})
 
     recs = [record(s, "thief", 0.5) for s in range(3)] + [record(s, "null", 0.03 * s) for s in range(3)]
     recs += [record(s, "part", 0.5 if s == 0 else 0.0) for s in range(3)]
+    recs += [record(s, "flat", 0.5, collapsed=s > 0) for s in range(3)]
     t = verification_table(verification_frame(recs), n_boot=200).set_index("attack")
     assert t.loc["thief", "tpr_at_0.01"] == 1.0 and t.loc["null", "tpr_at_0.01"] == 0.0
     assert t.loc["thief", "clones"] == 3 and t.loc["thief", "negatives"] == 100
     assert bool(t.loc["thief", "resolved_0.01"]) and not bool(t.loc["thief", "resolved_0.001"])
+    assert t.loc["flat", "collapsed"] == 2 and t.loc["thief", "collapsed"] == 0  # Track B's flags are not Track A's
     lines = evasion_lines(t.reset_index())  # the page's paragraph: who evades which method, from the same table
-    assert lines[0] == ("akh at 1k: catches every clone of thief (surrogate, soft_prob); some clones of part "
-                        "(surrogate, soft_prob) 1/3; is evaded by null (surrogate, soft_prob).")
-    assert lines[1:] == ["FPR 1% is resolved in every cell (100 negatives; 100 resolve it).",
+    assert lines[0] == ("akh at 1k: catches every clone of flat (surrogate, soft_prob) [2/3 collapsed], thief "
+                        "(surrogate, soft_prob); some clones of part (surrogate, soft_prob) 1/3; is evaded by null "
+                        "(surrogate, soft_prob).")
+    assert lines[1].startswith("[k/n collapsed] marks a condition where k of its n clones collapsed")
+    assert lines[2:] == ["FPR 1% is resolved in every cell (100 negatives; 100 resolve it).",
                          "FPR 0.1% is resolved in no cell (100 negatives; 1,000 resolve it)."]
+    assert "[k/n collapsed]" not in " ".join(evasion_lines(t.drop(index="flat").reset_index()))
 
 
 # issue 56: behind the dawn defense, each checkpoint's substitutes (Track A and B) are scored on the

@@ -26,8 +26,9 @@ COND = ["dataset", "victim_id", "method", "defense", "attack", "data_mode", "out
 
 
 def verification_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
-    """One row per seed-run, checkpoint substitute and method: its score, the suspect queries, and the
-    negatives' scores it is judged against (a tuple)."""
+    """One row per seed-run, checkpoint substitute and method: its score, the suspect queries, the
+    negatives' scores it is judged against (a tuple), and whether the substitute collapsed (the run's
+    training-health check: it answers one class for most of the test split)."""
     rows = []
     for rec in records:
         summary = rec.summary or {}
@@ -38,6 +39,8 @@ def verification_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         defense = mapping_section(summary, "defense")
         sub = mapping_section(mapping_section(summary, "config"), "substitute")
         negs = mapping_section(mapping_section(ver, "negatives"), "scores")
+        collapsed = {(str(h.get("track")), int(h.get("checkpoint_B", 0))) for h in summary.get("training_health") or []
+                     if isinstance(h, dict) and any("collapsed" in str(f) for f in h.get("flags") or [])}
         base = {"dataset": str(dataset.get("name") or UNKNOWN),
                 "victim_id": str(mapping_section(summary, "victim").get("victim_id") or UNKNOWN),
                 "defense": str(defense.get("label") or defense.get("name") or "none"),
@@ -52,8 +55,9 @@ def verification_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
             neg = per.get("*") if "*" in per else per.get(str(b))
             rows.append({**base, "method": method, "checkpoint_B": b, "track": str(s.get("track")),
                          "score": _score(s.get("score")), "queries": as_float(s.get("queries")),
-                         "negatives": tuple(_score(v) for v in (neg or ()))})
-    return pd.DataFrame(rows, columns=COND + ["seed", "score", "queries", "negatives", "negatives_count"])
+                         "negatives": tuple(_score(v) for v in (neg or ())),
+                         "collapsed": (str(s.get("track")), b) in collapsed})
+    return pd.DataFrame(rows, columns=COND + ["seed", "score", "queries", "negatives", "negatives_count", "collapsed"])
 
 
 def _score(v: Any) -> float:
@@ -63,7 +67,8 @@ def _score(v: Any) -> float:
 
 def verification_table(frame: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
     """One row per condition (``COND``): clones, TPR at each FPR with its 95 % interval and whether the
-    negatives resolve it, the negatives behind it and the suspect queries per clone."""
+    negatives resolve it, the negatives behind it, the suspect queries per clone and how many of the
+    clones collapsed to one class."""
     if frame.empty:
         return pd.DataFrame()
     rows = []
@@ -76,7 +81,8 @@ def verification_table(frame: pd.DataFrame, n_boot: int = 2000) -> pd.DataFrame:
             keys.append(sets.index(neg))
         row = {**dict(zip(COND, key)), "clones": len(g), "seeds": ",".join(str(s) for s in sorted(g["seed"])),
                "score_mean": float(pd.Series(g["score"]).replace(-math.inf, float("nan")).mean()),
-               "negatives": min(len(s) for s in sets), "queries": float(g["queries"].mean())}
+               "negatives": min(len(s) for s in sets), "queries": float(g["queries"].mean()),
+               "collapsed": int(g["collapsed"].sum())}
         for fpr in FPRS:
             r = keyed_tpr_at_fpr(g["score"].tolist(), keys, [list(s) for s in sets], fpr, n_boot=n_boot)
             row[f"tpr_at_{fpr:g}"] = r["tpr"]
@@ -130,6 +136,17 @@ def _name(attack: str, data_mode: str, mode: str, defense: str, arch: str, usual
     return f"{attack} ({data_mode}, {mode}{extra})"
 
 
+#: What the mark of a condition with collapsed substitutes (``_collapsed``) means.
+COLLAPSED_NOTE = ("[k/n collapsed] marks a condition where k of its n clones collapsed (the run's training-health "
+                  "check found each answering one class for most of the test split): there a method's decision is "
+                  "its answer to a one-class model, not evidence about a working clone.")
+
+
+def _collapsed(r: pd.Series) -> str:
+    k = int(r.get("collapsed", 0) or 0)
+    return f" [{k}/{int(r['clones'])} collapsed]" if k else ""
+
+
 def overview_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """One dataset's Track A at a glance: a row per attack condition and checkpoint, TPR at FPR 1 % per
     method (the clones caught, of those scored)."""
@@ -143,7 +160,7 @@ def overview_rows(t: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         by = g.set_index("method")
         cells = [f"{by.loc[x, 'tpr_at_0.01']:.2f} ({round(by.loc[x, 'tpr_at_0.01'] * by.loc[x, 'clones'])}/{int(by.loc[x, 'clones'])})"
                  if x in by.index else "–" for x in methods]
-        rows.append([_name(a, dm, m, d, arch, usual), budget_label(int(b)), *cells])
+        rows.append([_name(a, dm, m, d, arch, usual) + _collapsed(g.iloc[0]), budget_label(int(b)), *cells])
     return ["attack", "B", *[f"{x} TPR@1%" for x in methods]], rows
 
 
@@ -153,7 +170,7 @@ def verification_blocks(table_: pd.DataFrame) -> list[Block]:
         "(one per seed) whose score is above the strictest threshold that flags at most 1% / 0.1% of the "
         "owner's negative models (trained on ground truth only), with its 95% bootstrap interval (clones "
         "and negatives resampled). * marks a rate the negatives cannot resolve (fewer than 1/FPR of them: "
-        "no false positive allowed). Queries: images the owner sends to one suspect."))]
+        "no false positive allowed). Queries: images the owner sends to one suspect. " + COLLAPSED_NOTE))]
     for (dataset, victim), t in table_.groupby(["dataset", "victim_id"], sort=True):
         headers, rows = overview_rows(t)
         blocks += [Block("h2", f"{dataset} · {victim} · Track A at FPR 1%"), table(headers, rows)]
@@ -161,7 +178,7 @@ def verification_blocks(table_: pd.DataFrame) -> list[Block]:
         rows = []
         for _, r in t.sort_values(["track", "defense", "attack", "output_mode", "arch", "checkpoint_B"]).iterrows():
             extra = ("" if r["defense"] == "none" else f", behind {r['defense']}")
-            rows.append([f"{r['attack']} ({r['data_mode']}, {r['output_mode']}{extra})", r["arch"], r["track"],
+            rows.append([f"{r['attack']} ({r['data_mode']}, {r['output_mode']}{extra}){_collapsed(r)}", r["arch"], r["track"],
                          budget_label(int(r["checkpoint_B"])), _rate(r, 0.01), _rate(r, 0.001),
                          f"{int(r['clones'])} / {int(r['negatives'])}", _queries(r["queries"])])
         blocks += [Block("h2", f"{dataset} · {victim} · {method}"),
@@ -187,7 +204,7 @@ def evasion_lines(t: pd.DataFrame, track: str = "A") -> list[str]:
         groups: dict[str, list[str]] = {"all": [], "some": [], "none": []}
         for _, r in g.sort_values(["attack", "data_mode", "output_mode", "defense", "arch"]).iterrows():
             v = r["tpr_at_0.01"]
-            name = _name(r["attack"], r["data_mode"], r["output_mode"], r["defense"], r["arch"], usual)
+            name = _name(r["attack"], r["data_mode"], r["output_mode"], r["defense"], r["arch"], usual) + _collapsed(r)
             groups["none" if not v else "all" if v >= 1.0 else "some"].append(
                 name if v in (0, 1) else f"{name} {round(v * r['clones'])}/{int(r['clones'])}")
         n = len(g)
@@ -199,6 +216,8 @@ def evasion_lines(t: pd.DataFrame, track: str = "A") -> list[str]:
         if groups["none"]:
             parts.append("is evaded by " + ("every attack it scored" if len(groups["none"]) == n else ", ".join(groups["none"])))
         lines.append(f"{method} at {budget_label(int(b))}: " + "; ".join(parts) + ".")
+    if t["collapsed"].astype(int).any():
+        lines.append(COLLAPSED_NOTE)
     negs = sorted({int(v) for v in t["negatives"]})
     for fpr in FPRS:
         flags = t[f"resolved_{fpr:g}"].astype(bool)
