@@ -395,3 +395,33 @@ def test_the_coverage_table_lists_every_registered_attack_and_counts_only_comple
     text = coverage_markdown(summaries, attacks)
     assert f"1 of {len(rows)} attack × output-mode rows have 3 seeds." in text
     assert "knockoff (hard_top1)" in text.splitlines()[-1] and "knockoff (soft_prob)" not in text.splitlines()[-1]
+
+
+# issue 58: Prediction Poisoning's Table 1 page sets each of the paper's numbers beside mebench's mean
+# (Track B at 50k, 3 seeds, 95 % interval) and decides every gap over 5 points from the records: a
+# quirk row with 3 seeds within 5 points of the paper explains it; otherwise it is "open", saying why.
+def test_the_reproduction_table_decides_each_gap_from_the_records():
+    from mebench.report.reproduction import Quirk, reproduction_markdown
+
+    def summary(label, seed, acc, status="complete", budget=50_000, track="B"):
+        return {"status": status, "seed": seed, "attack": {"label": label}, "dataset": {"name": "MNIST"},
+                "results": [{"track": track, "checkpoint_B": budget, "acc_gt": acc},
+                            {"track": "A", "checkpoint_B": budget, "acc_gt": 0.10}]}  # Track A never counts
+
+    paper = {("MNIST", "near"): 90.0, ("MNIST", "far"): 80.0, ("MNIST", "lone"): 50.0, ("MNIST", "few"): 70.0}
+    quirks = {"far_ref": Quirk("far", "the reference's step"), "lone_ref": Quirk("lone", "x")}
+    recs = [summary("near", s, 0.91 + s / 1000) for s in range(3)]
+    recs += [summary("far", s, 0.90) for s in range(3)] + [summary("far_ref", s, 0.82 + s / 100) for s in range(3)]
+    recs += [summary("lone", s, 0.60) for s in range(3)] + [summary("lone_ref", s, 0.62) for s in range(2)]
+    recs += [summary("few", 0, 0.70), summary("few", 1, 0.10, status="failed"), summary("few", 2, 0.10, budget=10_000)]
+    text = reproduction_markdown(recs, paper, quirks)
+    assert "| MNIST | `near` | 90.0 | 91.1 ± 0.1 (n=3) | [91.0, 91.2] | +1.1 |" in text
+    assert "| MNIST | `far_ref` (of `far`) | the reference's step | 83.0 ± 1.0 (n=3) |" in text
+    assert "| -7.0 [-8.0, -6.0] | +3.0 |" in text  # paired shift from its base row, gap to the paper
+    assert "- MNIST `near`: within 5 points of the paper (91.1 vs 90.0)." in text
+    assert "- MNIST `far`: +10.0 points from the paper, explained by `far_ref` (the reference's step: 83.0)" in text
+    assert "- MNIST `lone`: +10.0 points from the paper, **open** (its quirk rows `lone_ref` are not complete yet)." in text
+    assert "- MNIST `few`: 1 of 3 seeds so far." in text  # a failed seed-run and another budget do not count
+    recs += [summary("lone_ref", 2, 0.62)]
+    assert "**open** (no measured row brings it within 5 points)" in reproduction_markdown(recs, paper, quirks)
+    assert "**open** (no quirk row measures it)" in reproduction_markdown(recs, paper, {})
