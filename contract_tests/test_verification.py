@@ -332,10 +332,12 @@ def test_the_negative_population_is_disjoint_from_the_public_points_and_cached(m
     assert len(public[0]) + len(held[0]) == len(x) and torch.equal(torch.cat([public[0], held[0]]), x)
     pop = neg.Population(count=3, archs=("tiny_mlp",), steps=5, seed=7)
     make = lambda arch: build_model(arch, 1, 4, (8, 8), (0.5,), (0.25,))  # noqa: E731
-    first, ids, _ = neg.population(pop, make, held[0].float() / 255, held[1])
+    first, paths = neg.population(pop, make, held[0].float() / 255, held[1])
+    ids = [p.stem for p in paths]
     assert len(first) == 3 and len(set(ids)) == 3
     monkeypatch.setattr(neg, "train_negative", lambda *a, **k: pytest.fail("a cached negative was trained again"))
-    again, ids2, _ = neg.population(pop, make, held[0].float() / 255, held[1])
+    again, paths2 = neg.population(pop, make, held[0].float() / 255, held[1])
+    ids2 = [p.stem for p in paths2]
     assert ids2 == ids and all(torch.equal(p, q) for a, b in zip(first, again)
                                 for p, q in zip(a.state_dict().values(), b.state_dict().values()))
 

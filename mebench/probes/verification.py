@@ -86,7 +86,6 @@ class VerificationProbe(Probe):
         self.states: dict[str, Any] = {}
         self.owner: Any = None
         self.negatives: list[Any] = []
-        self.negative_ids: list[str] = []
         self.negative_paths: list[Path] = []  # their cache entries (for the index)
         self.negative_scores: dict[str, dict[str, list[float]]] = {}
         self.population: Any = None
@@ -165,8 +164,7 @@ class VerificationProbe(Probe):
 
         self.population = Population(p.negatives, archs, p.negative_steps, p.owner_seed)
         hx = OwnerData.from_uint8(held, held).train_x  # float pixels in [0, 1]
-        self.negatives, self.negative_ids, self.negative_paths = population(self.population, make_model, hx,
-                                                                            held[1].long())
+        self.negatives, self.negative_paths = population(self.population, make_model, hx, held[1].long())
         self.timings["negatives"] += time.perf_counter() - t0
         t0 = time.perf_counter()  # "verification" below: the owner's keys and the negatives' scores, not their training
         for method in p.methods:
@@ -203,7 +201,7 @@ class VerificationProbe(Probe):
 
         victim = world.plan.victim
         key = {"method": method, "params": dataclasses.asdict(self.methods[method].params),
-               "owner_seed": self.params.owner_seed, "negatives": self.negative_ids,
+               "owner_seed": self.params.owner_seed, "negatives": [p.stem for p in self.negative_paths],
                "victim": victim.checkpoint_sha256 or fingerprint(*[t for t in world.prep.victim.model.state_dict().values()]),
                "owner": fingerprint(self.owner.train_x[:1000], self.owner.train_y, self.owner.public_x, self.owner.public_y),
                "code": 1}

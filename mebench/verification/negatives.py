@@ -85,12 +85,13 @@ class Population:
 
 
 def population(pop: Population, make_model: Callable[[str], nn.Module], images: torch.Tensor,
-               labels: torch.Tensor) -> tuple[list[nn.Module], list[str], list[Path]]:
-    """The ``pop.count`` negatives trained on ``(images, labels)`` (float pixels, ground truth), the
-    digest of each one's cache entry and its path. Each is read from the machine-wide cache when there, else trained
-    once and stored (``fitcache.load_or_fit``): a set of runs shares one population."""
+               labels: torch.Tensor) -> tuple[list[nn.Module], list[Path]]:
+    """The ``pop.count`` negatives trained on ``(images, labels)`` (float pixels, ground truth) and the
+    path of each one's cache entry (its name is the key's digest). Each is read from the machine-wide
+    cache when there, else trained once and stored (``fitcache.load_or_fit``): a set of runs shares one
+    population."""
     data = fingerprint(images, labels)
-    models, digests, paths = [], [], []
+    models, paths = [], []
     for i in range(pop.count):
         arch, seed = pop.member(i)
         key = {"recipe": RECIPE_VERSION, "arch": arch, "seed": seed, "steps": pop.steps, "data": data,
@@ -100,7 +101,6 @@ def population(pop: Population, make_model: Callable[[str], nn.Module], images: 
                                         lambda a=arch, s=seed: train_negative(lambda: make_model(a), images, labels, s,
                                                                               steps=pop.steps))
         models.append(model.eval())
-        digests.append(cachedir.key_digest(key))
         paths.append(path)
-    return models, digests, paths
+    return models, paths
 
