@@ -366,8 +366,8 @@ def test_the_report_decides_each_condition_from_the_records():
     def record(seed, attack, score, collapsed=False):
         ver = {"methods": {"akh": {}}, "negatives": {"count": 100, "scores": {"akh": {"*": [i / 1000 for i in range(100)]}}},
                "scores": [{"track": "A", "checkpoint_B": 1000, "method": "akh", "score": score, "queries": 100}]}
-        health = [{"track": "A", "checkpoint_B": 1000, "flags": ["Track A B=1,000 collapsed: ..."] if collapsed else []},
-                  {"track": "B", "checkpoint_B": 1000, "flags": ["Track B B=1,000 collapsed: ..."]}]  # another track's
+        health = [{"track": "A", "checkpoint_B": 1000, "pred_top_share": 1.0 if collapsed else 0.2, "victim_top_share": 0.11},
+                  {"track": "B", "checkpoint_B": 1000, "pred_top_share": 0.98, "victim_top_share": 0.11}]  # another track's
         return RunRecord(rows=[], summary={"status": "complete", "seed": seed, "verification": ver,
                                            "attack": {"label": attack, "output_mode": "soft_prob"},
                                            "dataset": {"name": "SYNTH", "data_mode": "surrogate"},

@@ -19,6 +19,7 @@ import pandas as pd
 from mebench.detection.rates import keyed_tpr_at_fpr, roc_points
 from mebench.report.document import Block, budget_label, table
 from mebench.report.load import UNKNOWN, RunRecord, as_float, mapping_section
+from mebench.training import health
 
 FPRS = (0.01, 0.001)
 COND = ["dataset", "victim_id", "method", "defense", "attack", "data_mode", "output_mode", "arch",
@@ -40,7 +41,7 @@ def verification_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         sub = mapping_section(mapping_section(summary, "config"), "substitute")
         negs = mapping_section(mapping_section(ver, "negatives"), "scores")
         collapsed = {(str(h.get("track")), int(h.get("checkpoint_B", 0))) for h in summary.get("training_health") or []
-                     if isinstance(h, dict) and any("collapsed" in str(f) for f in h.get("flags") or [])}
+                     if isinstance(h, dict) and health.collapsed(h.get("pred_top_share"), h.get("victim_top_share"))}
         base = {"dataset": str(dataset.get("name") or UNKNOWN),
                 "victim_id": str(mapping_section(summary, "victim").get("victim_id") or UNKNOWN),
                 "defense": str(defense.get("label") or defense.get("name") or "none"),

@@ -92,12 +92,20 @@ class LossCurve:
         return self.last > DIVERGE_FACTOR * self.best and self.last - self.best > DIVERGE_MARGIN
 
 
+def collapsed(pred_share: Optional[float], victim_share: Optional[float]) -> bool:
+    """The collapse criterion on a checkpoint's top-class shares (``False`` when either is missing): what
+    ``assess`` flags, and what a report reads back from a record's ``training_health``."""
+    if pred_share is None or victim_share is None:
+        return False
+    return pred_share >= COLLAPSE_SHARE and victim_share < VICTIM_SHARE_MAX
+
+
 def assess(track: str, budget: int, pred_share: float, victim_share: float,
            curve: Optional[LossCurve] = None) -> dict[str, Any]:
     """One checkpoint's health record: the measurements and the flags they raise (sentences)."""
     flags = []
     where = f"Track {track} B={budget:,}"
-    if pred_share >= COLLAPSE_SHARE and victim_share < VICTIM_SHARE_MAX:
+    if collapsed(pred_share, victim_share):
         flags.append(f"{where} collapsed: the substitute gives {pred_share:.1%} of the test split one class "
                      f"(the victim {victim_share:.1%}); its metrics measure a failed training, not the queries")
     if curve is not None and curve.diverged:
