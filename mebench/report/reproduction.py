@@ -47,7 +47,7 @@ def _summary(values: Mapping[int, float], scale: float) -> tuple[Optional[float]
     text = f"{mean(v):.1f} ± {stdev(v):.1f} (n={len(v)})" if len(v) > 1 else f"{v[0]:.1f} (n=1)"
     if len(v) < MIN_SEEDS_FOR_INTERVAL:
         return mean(v), text, "–"
-    ci = paired_bootstrap_ci([0.0] * len(v), v)
+    ci = paired_bootstrap_ci([0.0] * len(v), v)  # paired with zeros: the bootstrap interval of the mean
     return mean(v), text, f"[{ci.ci_lower:.1f}, {ci.ci_upper:.1f}]"
 
 
@@ -68,8 +68,10 @@ def reproduction_markdown(summaries: Iterable[Mapping[str, Any]], paper: Mapping
     datasets = list(dict.fromkeys(d for d, _ in paper))
     head = ["victim", "attack", "paper", f"mebench (Track {track}, mean ± std)", "95 % interval", "gap"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    means: dict[tuple[str, str], Optional[float]] = {}
     for (dataset, label), number in paper.items():
         m, text, ci = _summary(runs.get((dataset, label), {}), scale)
+        means[(dataset, label)] = m
         lines.append(f"| {dataset} | `{label}` | {number:.1f} | {text} | {ci} | {_gap(m, number)} |")
     qhead = ["victim", "row", "what it changes", f"mebench (Track {track}, mean ± std)", "95 % interval",
              "shift from its base row (paired)", "gap to the paper"]
@@ -93,8 +95,7 @@ def reproduction_markdown(summaries: Iterable[Mapping[str, Any]], paper: Mapping
                 explained.setdefault((dataset, q.base), []).append(f"`{label}` ({q.what}: {m:.1f})")
     notes = []
     for (dataset, label), number in paper.items():
-        values = runs.get((dataset, label), {})
-        m = mean(values.values()) * scale if values else None
+        values, m = runs.get((dataset, label), {}), means[(dataset, label)]
         where = f"{dataset} `{label}`"
         if m is None or len(values) < seeds:
             notes.append(f"- {where}: {len(values)} of {seeds} seeds so far.")
