@@ -195,3 +195,24 @@ def test_the_records_page_lists_every_key():
     missing = (set(summary) | set(record) | set(report)) - listed
     assert not missing, f"docs/guide/records.md does not list: {sorted(missing)}"
     assert "summary_sha256" in record and "metrics_rows" not in record  # committed cells point, never copy
+
+
+# contract §16: the sets are rendered in parallel processes, and the pages are the same as one after another.
+@pytest.mark.slow
+def test_sets_rendered_in_parallel_fill_the_pages_as_one_after_another(tmp_path):
+    root = tmp_path / "checkout"
+    for name in ("ray", "transfer-cw"):
+        shutil.copytree(ROOT / "results" / name, root / "results" / name)
+    page = root / "docs" / "two.md"
+    page.parent.mkdir(parents=True)
+    empty = ("# Two sets\n\n<!-- mebench:begin ray/leaderboard.md -->\n<!-- mebench:end -->\n\n"
+             "<!-- mebench:begin transfer-cw/leaderboard.md -->\n<!-- mebench:end -->\n")
+    filled = {}
+    for workers in (1, 2):
+        page.write_text(empty, encoding="utf-8")
+        assert docs.regenerate(root, workers=workers) == [page]
+        filled[workers] = page.read_text(encoding="utf-8")
+    assert filled[1] == filled[2] and "results/ray" in filled[2] and "results/transfer-cw" in filled[2]
+    cache: dict = {}
+    docs.prefetch(root, [page], tmp_path / "out", cache, workers=2)
+    assert set(cache) == {"ray", "transfer-cw"}  # both came from the worker processes

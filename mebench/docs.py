@@ -262,13 +262,7 @@ def regenerate_text(text: str, root: Path, cache: dict, tmp: Path, where: str) -
             pos = block.end
             continue
         if block.set not in cache:
-            set_dir = root / RESULTS / block.set
-            reports = render_set(root, block.set, tmp / block.set)
-            report_dir = tmp / block.set
-            replace = {str(set_dir.resolve()): f"{RESULTS}/{block.set}", str(report_dir): "report",
-                       # the report writes its sources relative to its own (temporary) folder
-                       os.path.relpath(set_dir.resolve(), report_dir.resolve()): f"{RESULTS}/{block.set}"}
-            cache[block.set] = (reports, caption(block.set, record_summaries(set_dir)), replace)
+            cache[block.set] = rendered(root, block.set, tmp, render_set(root, block.set, tmp / block.set))
         reports, cap, replace = cache[block.set]
         if block.file not in reports:
             raise ValueError(f"{where}: the report of {RESULTS}/{block.set} wrote no {block.file} "
@@ -279,11 +273,51 @@ def regenerate_text(text: str, root: Path, cache: dict, tmp: Path, where: str) -
     return "".join(out) + text[pos:]
 
 
-def regenerate(root: Path = ROOT, check: bool = False) -> list[Path]:
-    """Refill every page's blocks; returns the pages that changed (``check``: would change, none written)."""
+def rendered(root: Path, set_name: str, tmp: Path, reports: dict[str, str]) -> tuple[dict[str, str], str, dict[str, str]]:
+    """A set's cache entry: its report files, its caption and the paths to write as the reader sees them."""
+    set_dir, report_dir = root / RESULTS / set_name, tmp / set_name
+    replace = {str(set_dir.resolve()): f"{RESULTS}/{set_name}", str(report_dir): "report",
+               # the report writes its sources relative to its own (temporary) folder
+               os.path.relpath(set_dir.resolve(), report_dir.resolve()): f"{RESULTS}/{set_name}"}
+    return reports, caption(set_name, record_summaries(set_dir)), replace
+
+
+def prefetch(root: Path, pages: Sequence[Path], tmp: Path, cache: dict, workers: Optional[int] = None) -> None:
+    """Render every set the pages name, ``workers`` processes at a time (default: the CPUs), into ``cache``.
+
+    Each set's report is independent of the others and deterministic, so the pages are the same as when
+    the sets are rendered one after another; a set that fails here is left out of ``cache`` and rendered
+    again in page order, where its error is raised as it always was."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    names = sorted({b.set for page in pages for b in find_blocks(page.read_text(encoding="utf-8"), str(page))
+                    if b.set != REGISTRY_SET and (root / RESULTS / b.set).is_dir()} - set(cache))
+    workers = min(len(names), workers or os.cpu_count() or 1)
+    if workers < 2:
+        return
+    # spawn, not fork: the calling process may hold torch's or a BLAS library's threads
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        futures = {name: pool.submit(render_set, root, name, tmp / name) for name in names}
+        for name, future in futures.items():
+            try:
+                cache[name] = rendered(root, name, tmp, future.result())
+            except Exception:  # raised again, in page order, by regenerate_text
+                continue
+
+
+def regenerate(root: Path = ROOT, check: bool = False, workers: Optional[int] = None) -> list[Path]:
+    """Refill every page's blocks; returns the pages that changed (``check``: would change, none written).
+    The sets are rendered ``workers`` at a time (:func:`prefetch`; 1: one after another in page order)."""
     changed: list[Path] = []
     cache: dict = {}
     with tempfile.TemporaryDirectory(prefix="mebench-docs-") as tmp:
+        pages = [page for page in target_pages(root) if BEGIN_RE.search(page.read_text(encoding="utf-8"))]
+        if workers != 1:
+            try:
+                prefetch(root, pages, Path(tmp), cache, workers)
+            except ValueError:  # a malformed block: regenerate_text says where, below
+                cache.clear()
         for page in target_pages(root):
             text = page.read_text(encoding="utf-8")
             if BEGIN_RE.search(text) is None:
