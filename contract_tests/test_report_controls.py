@@ -425,3 +425,36 @@ def test_the_reproduction_table_decides_each_gap_from_the_records():
     recs += [summary("lone_ref", 2, 0.62)]
     assert "**open** (no measured row brings it within 5 points)" in reproduction_markdown(recs, paper, quirks)
     assert "**open** (no quirk row measures it)" in reproduction_markdown(recs, paper, {})
+
+
+def _gain_row(label: str, mean: float, lo: float, hi: float, n: int = 3, data_mode: str = "surrogate",
+              control: str = "random") -> dict:
+    return {"dataset": "MNIST", "output_mode": "soft_prob", "track": "A", "metric": "agreement_auc",
+            "label": label, "data_mode": data_mode, "control_label": control, "control_data_mode": data_mode,
+            "gain_mean": mean, "ci_low": lo, "ci_high": hi, "n_seeds": n}
+
+
+def test_the_readings_sort_each_attack_by_its_interval_and_mark_collapsed_checkpoints():
+    # contract 16: the leaderboard's sentences come from the gain table, never typed: above / same
+    # queries / level / below / no interval, and a condition whose Track A substitute collapsed says so
+    from mebench.report.readings import readings_blocks, verdict
+
+    gains = pd.DataFrame([_gain_row("up", 0.05, 0.01, 0.09), _gain_row("same", 0.0, 0.0, 0.0),
+                          _gain_row("flat", 0.01, -0.02, 0.03), _gain_row("down", -0.2, -0.3, -0.1),
+                          _gain_row("single", 0.1, float("nan"), float("nan"), n=1)])
+    assert [verdict(r) for _, r in gains.iterrows()] == ["above", "same queries", "level", "below", "few seeds"]
+    health_rows = pd.DataFrame([
+        {"dataset": "MNIST", "output_mode": "soft_prob", "label": "down", "data_mode": "surrogate", "seed": s,
+         "track": "A", "checkpoint_B": 1000.0, "pred_top_share": 1.0, "victim_top_share": 0.11} for s in (0, 1)]
+        + [{"dataset": "MNIST", "output_mode": "soft_prob", "label": "flat", "data_mode": "surrogate", "seed": 0,
+            "track": "A", "checkpoint_B": 1000.0, "pred_top_share": 0.5, "victim_top_share": 0.11}])  # diverged only
+    text = " ".join(b.text for b in readings_blocks(gains, health_rows) if b.kind == "p")
+    line = text[text.index("Against random"):]
+    assert line.index("up +0.0500") < line.index("its own queries") < line.index("same") < line.index("flat")
+    assert "below it (interval below zero): down [Track A collapsed: 1k 2 seeds] −0.2000 [−0.3000, −0.1000]" in line
+    assert "fewer than two paired seeds (no interval): single." in line
+    assert "flat [Track A" not in line
+    from mebench.report.health import HEALTH_COLUMNS
+
+    for quiet in (pd.DataFrame(columns=list(HEALTH_COLUMNS)), health_rows.iloc[2:]):  # nothing collapsed
+        assert "collapsed: 1k" not in " ".join(b.text for b in readings_blocks(gains, quiet) if b.kind == "p")

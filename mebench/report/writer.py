@@ -19,6 +19,7 @@ from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed,
                                         leaderboard_latex, leaderboard_table)
 from mebench.report.detection import detection_blocks, detection_frame, detection_table
 from mebench.report.health import health_blocks, health_frame
+from mebench.report.readings import readings_blocks
 from mebench.report.verification import roc_frame, verification_blocks, verification_frame, verification_table
 from mebench.report.transfer import read_frames, with_transfer_column, write_transfer_report
 from mebench.report.zoo import zoo_blocks, zoo_tables
@@ -122,6 +123,8 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
                  files, html=False)
     write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
+    write_pages(readings_blocks(gains, health_frame(records)), out, "readings", "mebench leaderboard readings",
+                files, html=False)
     parts = ReportParts(records, frame, out, files, n_bootstrap, figures, transfer_frames)
     for _, section in SECTIONS:
         section(parts)
