@@ -96,3 +96,29 @@ def test_each_seed_run_appends_one_metadata_line(make_cfg, tmp_path):
     assert [e["seed"] for e in lines] == [0, 1]
     assert all(e["config_hash"] == cfg.config_hash() and e["device"] == "cpu" and e["status"] == "complete"
                for e in lines)
+
+
+def test_the_attack_producing_its_track_b_model_is_timed_apart_from_scoring_it(make_cfg, monkeypatch):
+    # contract 11.1: timings_s names the attack's own work at a checkpoint (attack_model: JBDA trains its
+    # substitute when asked) apart from Track B's scoring, so measured phases compare with the estimate's
+    import types
+
+    from mebench.attacks.jbda import Jbda as JBDA
+    from mebench.probes import tracks
+
+    clock = [0.0]
+    monkeypatch.setattr(tracks, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    real = JBDA.track_b_model
+
+    def slow_model(self, state):
+        clock[0] += 100.0  # the attack's training, on the probe's clock
+        return real(self, state)
+
+    monkeypatch.setattr(JBDA, "track_b_model", slow_model)
+    cfg = make_cfg(attack={"name": "jbda", "output_mode": "soft_prob",
+                           "params": {"round_epochs": 1, "final_epochs": 1, "batch_size": 32}},
+                   dataset={"data_mode": "seed", "surrogate_name": None, "seed_size": 20})
+    res = engine.run(cfg, progress=False)
+    s = json.loads((res.directory / "seed_0" / "summary.json").read_text())
+    n_ckpt = len({r["checkpoint_B"] for r in s["results"] if r["track"] == "B"})
+    assert s["timings_s"]["attack_model"] == 100.0 * n_ckpt and s["timings_s"]["track_b"] == 0.0
