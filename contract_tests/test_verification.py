@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from mebench.cli import main
@@ -357,6 +359,37 @@ def test_keyed_rates_read_like_the_plain_bootstrap_with_one_key():
     high = [v + 10 for v in neg]  # the second clone's own negatives sit above every clone
     assert keyed_tpr_at_fpr(pos, [0, 1, 0], [neg, high], 0.01)["tpr"] == pytest.approx(2 / 3)
     assert keyed_tpr_at_fpr(pos, [1, 0, 1], [neg, high], 0.01)["tpr"] == 0.0
+
+
+def _replicate_by_replicate(pos, keys, sets, fpr, n_boot, seed):
+    """The keyed bootstrap as its definition reads, on the same resamples (``rates._draws``): per replicate,
+    set each threshold on its resampled negatives and count the resampled clones above their own."""
+    import numpy as np
+
+    from mebench.detection.rates import _draws, tpr_at_fpr
+
+    pos, keys, sets = np.asarray(pos), np.asarray(keys), [np.asarray(s) for s in sets]
+    pick, *picks = _draws(np.random.default_rng(seed), (pos.size, *(s.size for s in sets)), n_boot)
+    tprs = []
+    for b in range(n_boot):
+        cuts = [tpr_at_fpr([0.0], s[q[b]], fpr)["threshold"] for s, q in zip(sets, picks)]
+        tprs.append(float(np.mean([pos[i] > cuts[keys[i]] for i in pick[b]])))
+    return [float(v) for v in np.percentile(tprs, [2.5, 97.5])]
+
+
+# issue 56: the vectorised bootstrap (the report's time) gives the intervals its definition gives, to the last digit.
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from([-math.inf, -1.0, 0.0, 0.5, 1.0, 2.0]), min_size=1, max_size=6),
+       st.lists(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 1.0, 1.5]), min_size=1, max_size=120), min_size=1, max_size=3),
+       st.sampled_from([0.001, 0.01, 0.1, 0.5]), st.integers(0, 3))
+def test_the_bootstrap_intervals_are_those_of_one_replicate_at_a_time(pos, sets, fpr, seed):
+    from mebench.detection.rates import bootstrap_tpr_at_fpr, keyed_tpr_at_fpr
+
+    keys = [i % len(sets) for i in range(len(pos))]
+    got = keyed_tpr_at_fpr(pos, keys, sets, fpr, n_boot=50, seed=seed)["tpr_ci95"]
+    assert got == _replicate_by_replicate(pos, keys, sets, fpr, 50, seed)
+    plain = bootstrap_tpr_at_fpr(pos, sets[0], fpr, n_boot=50, seed=seed)["tpr_ci95"]
+    assert plain == _replicate_by_replicate(pos, [0] * len(pos), sets[:1], fpr, 50, seed)
 
 
 def test_the_report_decides_each_condition_from_the_records():
