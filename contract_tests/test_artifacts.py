@@ -115,9 +115,9 @@ def test_the_attack_producing_its_track_b_model_is_timed_apart_from_scoring_it(m
         return real(self, state)
 
     monkeypatch.setattr(JBDA, "track_b_model", slow_model)
-    cfg = make_cfg(attack={"name": "jbda", "output_mode": "soft_prob",
-                           "params": {"round_epochs": 1, "final_epochs": 1, "batch_size": 32}},
-                   dataset={"data_mode": "seed", "surrogate_name": None, "seed_size": 20})
+    from mebench.testing import QUICK_JBDA
+
+    cfg = make_cfg(**QUICK_JBDA)
     res = engine.run(cfg, progress=False)
     s = json.loads((res.directory / "seed_0" / "summary.json").read_text())
     n_ckpt = len({r["checkpoint_B"] for r in s["results"] if r["track"] == "B"})

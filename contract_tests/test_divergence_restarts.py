@@ -115,9 +115,9 @@ def test_a_restart_in_a_run_is_in_the_summary_the_cell_flags_and_the_report(make
         return real(model, x, y, **kw)
 
     monkeypatch.setattr(base, "train_epochs", first_round_diverges)
-    cfg = make_cfg(attack={"name": "jbda", "output_mode": "soft_prob",
-                           "params": {"round_epochs": 1, "final_epochs": 1, "batch_size": 32}},
-                   dataset={"data_mode": "seed", "surrogate_name": None, "seed_size": 20})
+    from mebench.testing import QUICK_JBDA
+
+    cfg = make_cfg(**QUICK_JBDA)
     res = engine.run(cfg, progress=False)
     summary = json.loads((res.directory / "seed_0" / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["queries_used"] == 500

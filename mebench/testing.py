@@ -124,6 +124,14 @@ def synthetic_config_dict(tmp_path: Path, victim_path: Optional[Path] = None) ->
     }
 
 
+#: ``make_cfg(**QUICK_JBDA)``: a JBDA run on the synthetic world that trains each of its models one epoch on a
+#: 20-image seed set (a Track B that is trained when asked, in seconds).
+QUICK_JBDA: dict[str, Any] = {
+    "attack": {"name": "jbda", "output_mode": "soft_prob",
+               "params": {"round_epochs": 1, "final_epochs": 1, "batch_size": 32}},
+    "dataset": {"data_mode": "seed", "surrogate_name": None, "seed_size": 20}}
+
+
 def deep_update(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``base`` with nested ``updates`` merged in (``None`` deletes a key)."""
     out = copy.deepcopy(base)
@@ -133,7 +141,7 @@ def deep_update(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]
         elif isinstance(v, dict) and isinstance(out.get(k), dict):
             out[k] = deep_update(out[k], v)
         else:
-            out[k] = v
+            out[k] = copy.deepcopy(v)  # never shares a caller's (or a module constant's) nested values
     return out
 
 
