@@ -130,6 +130,36 @@ def test_default_track_a_is_bit_identical_without_the_fast_pooling(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), fast.parameters()))
 
 
+# contract §8, §10: an attack's own models (train_epochs on the CPU) train through the same faster pooling,
+# bit-identical to the plain loop, and come back with the modules they were built with.
+def test_attack_training_is_bit_identical_without_the_fast_pooling(monkeypatch):
+    from mebench.training.loop import train_epochs
+
+    def trained(seen: list) -> torch.nn.Module:
+        torch.manual_seed(0)
+        model = build_model("lenet5", 1, 10, (28, 28), (0.1307,), (0.3081,))
+        x, y = mnist_like(300)
+        loss = lambda out, t: torch.nn.functional.kl_div(torch.log_softmax(out, 1), t, reduction="batchmean")  # noqa: E731
+        seen.append([type(m) for m in model.modules()])
+        return train_epochs(model, x, y, loss_fn=loss, epochs=2, batch_size=64, optimizer=OptimizerSpec(),
+                            generator=torch.Generator().manual_seed(1))
+
+    real, during = maxpool.swap_in, []
+
+    def spy(model):
+        swaps = real(model)
+        during.append(sum(isinstance(m, maxpool.MaxPool2x2) for m in model.modules()))
+        return swaps
+
+    monkeypatch.setattr(maxpool, "swap_in", spy)
+    built: list = []
+    fast = trained(built)
+    assert during == [2] and [type(m) for m in fast.modules()] == built[0]  # swapped while training, then put back
+    monkeypatch.setattr(maxpool, "swap_in", lambda model: [])
+    plain = trained([])
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), fast.parameters()))
+
+
 # §8 opt-in: bf16 autocast trains a nearby model (not the same bits) and hands back fp32 weights.
 def test_bf16_changes_the_model_within_bounds():
     x, y = mnist_like()

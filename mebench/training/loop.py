@@ -17,7 +17,7 @@ from torch import nn
 
 from mebench.data.rowfile import RowsPrefix
 from mebench.errors import DivergenceError
-from mebench.training import graphed
+from mebench.training import graphed, maxpool
 from mebench.training.spec import OPTIMIZER_NAMES, OptimizerSpec  # noqa: F401  (defined torch-free; re-exported)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -196,19 +196,25 @@ def train_epochs(
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=lr_step, gamma=lr_gamma) if lr_step else None
     model.train()
     finite = torch.ones((), dtype=torch.bool, device=x.device)
-    for epoch in range(1, epochs + 1):
-        for idx in torch.randperm(n, generator=generator).to(x.device).split(batch_size):
-            if len(idx) < min_batch:
-                continue
-            inputs = x[idx] if transform is None else transform(x[idx])
-            loss = loss_fn(model(inputs), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            finite &= torch.isfinite(loss.detach())
-        if not bool(finite):
-            raise DivergenceError(f"training loss became NaN or infinite in epoch {epoch} of {epochs}")
-        if sched is not None:
-            sched.step()
+    # on the CPU, the model's 2x2 max-pooling trains through Track A's bit-identical faster path
+    # (mebench.training.maxpool: same values, same argmax, PyTorch's backward kernel), put back after
+    swaps = maxpool.swap_in(model) if x.device.type == "cpu" else []
+    try:
+        for epoch in range(1, epochs + 1):
+            for idx in torch.randperm(n, generator=generator).to(x.device).split(batch_size):
+                if len(idx) < min_batch:
+                    continue
+                inputs = x[idx] if transform is None else transform(x[idx])
+                loss = loss_fn(model(inputs), y[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                finite &= torch.isfinite(loss.detach())
+            if not bool(finite):
+                raise DivergenceError(f"training loss became NaN or infinite in epoch {epoch} of {epochs}")
+            if sched is not None:
+                sched.step()
+    finally:
+        maxpool.restore(swaps)
     model.eval()
     return model
