@@ -282,7 +282,8 @@ def rendered(root: Path, set_name: str, tmp: Path, reports: dict[str, str]) -> t
 
 
 def prefetch(root: Path, pages: Sequence[Path], tmp: Path, cache: dict, workers: Optional[int] = None) -> None:
-    """Render every set the pages name, ``workers`` processes at a time (default: the CPUs), into ``cache``.
+    """Render every set the pages name, ``workers`` processes at a time (default: the CPUs this process may
+    use, ``mebench.support.threads.usable_cpus``), into ``cache``.
 
     Each set's report is independent of the others and deterministic, so the pages are the same as when
     the sets are rendered one after another; a set that fails here is left out of ``cache`` and rendered
@@ -292,7 +293,9 @@ def prefetch(root: Path, pages: Sequence[Path], tmp: Path, cache: dict, workers:
 
     names = sorted({b.set for page in pages for b in find_blocks(page.read_text(encoding="utf-8"), str(page))
                     if b.set != REGISTRY_SET and (root / RESULTS / b.set).is_dir()} - set(cache))
-    workers = min(len(names), workers or os.cpu_count() or 1)
+    from mebench.support.threads import usable_cpus  # torch-free
+
+    workers = min(len(names), workers or usable_cpus())
     if workers < 2:
         return
     # spawn, not fork: the calling process may hold torch's or a BLAS library's threads
