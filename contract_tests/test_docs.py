@@ -216,3 +216,20 @@ def test_sets_rendered_in_parallel_fill_the_pages_as_one_after_another(tmp_path)
     cache: dict = {}
     docs.prefetch(root, [page], tmp_path / "out", cache, workers=2)
     assert set(cache) == {"ray", "transfer-cw"}  # both came from the worker processes
+
+
+# contract §16: a seed-run a page leaves out is named by its cell and by its path under results/, as the reader sees it.
+@pytest.mark.slow
+def test_a_left_out_cell_is_named_by_its_cell_and_its_path_under_results(tmp_path):
+    root = tmp_path / "checkout"
+    shutil.copytree(ROOT / "results" / "ray", root / "results" / "ray")
+    failed = ROOT / "results" / "leaderboard-fashionmnist" / "lbf-disguide_budget_lr-data_free-hard_top1-s0"
+    assert '"status": "failed"' in (failed / "summary.json").read_text()
+    shutil.copytree(failed, root / "results" / "ray" / failed.name)
+    page = root / "docs" / "one.md"
+    page.parent.mkdir(parents=True)
+    page.write_text("<!-- mebench:begin ray/leaderboard.md#Runs left out -->\n<!-- mebench:end -->\n", encoding="utf-8")
+    docs.regenerate(root)
+    text = page.read_text(encoding="utf-8")
+    assert f"| {failed.name} | disguide_budget_lr |" in text and f"| results/ray/{failed.name} |" in text
+    assert "..results" not in text and str(tmp_path) not in text

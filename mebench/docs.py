@@ -135,7 +135,7 @@ _LINK = re.compile(r"(!?)\[([^\]]*)\]\((?!https?://)([^)]*)\)")
 def clean_report(text: str, section: str, replace: dict[str, str]) -> str:
     """A report Markdown file made fit for a page: no title, no provenance line (its date and paths
     change on every run; the caption replaces it), no local images or links, headings one level down."""
-    for old, new in replace.items():
+    for old, new in sorted(replace.items(), key=lambda kv: -len(kv[0])):  # a path before any path inside it
         text = text.replace(old, new)
     lines = []
     for line in text.splitlines():

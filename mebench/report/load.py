@@ -49,7 +49,7 @@ from mebench.run.artifacts import METRICS_COLUMNS
 from mebench.metricspec import METRIC_NAMES
 from mebench.report.paths import resolve_stored
 from mebench.report.records import full
-from mebench.report.folders import (NO_SUMMARY, completion_time, is_grid_cell, leftover_cache, metric_problem, read_config,
+from mebench.report.folders import (NO_SUMMARY, SEED_DIR_RE, completion_time, is_grid_cell, leftover_cache, metric_problem, read_config,
                                     read_metrics, read_probe, read_summary, result_problem, seed_folders)
 
 METRIC_COLUMNS: tuple[str, ...] = METRIC_NAMES
@@ -223,9 +223,12 @@ def _read_seed_folder(folder: Path) -> RunRecord:
     rows, metrics_problem = read_metrics(folder / "metrics.csv")
     status, problem = _folder_state(folder, summary, summary_problem, metrics_problem)
     completed, completed_from = completion_time(summary, folder / "summary.json", folder / "metrics.csv")
+    # runs/<run_name>/<timestamp>/seed_<s>/, or a grid cell's own folder (--mebench-cells: named by its cell id)
+    run_name, run_id = ((folder.parent.parent.name, folder.parent.name) if SEED_DIR_RE.match(folder.name)
+                        else (folder.name, ""))
     return RunRecord(
         rows=rows, summary=summary, run_config=read_config(folder / "run_config.yaml"),
-        run_name=folder.parent.parent.name, run_id=folder.parent.name, source=str(folder),
+        run_name=run_name, run_id=run_id, source=str(folder),
         completed=completed, completed_from=completed_from,
         stream=read_probe(folder / "measurements.csv", "stream_utility") if not problem else {},
         problem=problem + leftover_cache(folder) if problem else "", status=status,
