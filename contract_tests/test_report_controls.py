@@ -458,3 +458,22 @@ def test_the_readings_sort_each_attack_by_its_interval_and_mark_collapsed_checkp
 
     for quiet in (pd.DataFrame(columns=list(HEALTH_COLUMNS)), health_rows.iloc[2:]):  # nothing collapsed
         assert "collapsed: 1k" not in " ".join(b.text for b in readings_blocks(gains, quiet) if b.kind == "p")
+
+
+def test_the_leaderboard_shows_each_rows_seed_run_cost():
+    # contract 16: beside its AUC, a row's cost per seed-run: mean timings_s.total over its seeds and the
+    # images its victim answered (a record without timings shows a dash, never a made-up number)
+    from mebench.report.leaderboard import leaderboard_blocks
+
+    recs = [_record("random", "surrogate", s, [BASE[s]] * 3) for s in range(2)]
+    for rec, wall in zip(recs, (100.0, 200.0)):
+        rec.summary.update({"timings_s": {"total": wall}, "queries_used": 10000})
+    recs.append(_record("knockoff", "surrogate", 0, [0.5] * 3))
+    frame = _frame(recs)
+    board = leaderboard_table(agreement_auc_per_seed(frame))
+    assert board.set_index("label").loc["random", "wall_mean"] == 150.0
+    from mebench.report.aggregate import aggregate, to_long, victim_reference
+
+    blocks = leaderboard_blocks(board, aggregate(to_long(frame)), victim_reference(frame), {})
+    rows = {r[1]: r[-1] for b in blocks if b.kind == "table" and "seed-run cost (wall, queries)" in b.headers for r in b.rows}
+    assert rows == {"random": "2.5 min, 10,000", "knockoff": "–"}

@@ -59,11 +59,14 @@ def agreement_auc_per_seed(frame: pd.DataFrame) -> pd.DataFrame:
         if wide.shape[1] == 0:
             continue
         auc = log_budget_auc(list(wide.columns), wide.to_numpy())
+        cost = (g.groupby("seed")[["wall_s", "queries_used"]].first() if {"wall_s", "queries_used"} <= set(g)
+                else pd.DataFrame(index=wide.index, columns=["wall_s", "queries_used"], dtype=float))
         for seed, value in zip(wide.index, auc):
             rows.append({**dict(zip([*CONDITION_KEYS, "track"], key)), "seed": int(seed),
                          "value": float(value), "span_lo": int(wide.columns[0]),
-                         "span_hi": int(wide.columns[-1]), "n_checkpoints": wide.shape[1]})
-    cols = [*CONDITION_KEYS, "track", "seed", "value", "span_lo", "span_hi", "n_checkpoints"]
+                         "span_hi": int(wide.columns[-1]), "n_checkpoints": wide.shape[1],
+                         "wall_s": float(cost.at[seed, "wall_s"]), "queries_used": float(cost.at[seed, "queries_used"])})
+    cols = [*CONDITION_KEYS, "track", "seed", "value", "span_lo", "span_hi", "n_checkpoints", "wall_s", "queries_used"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -73,6 +76,7 @@ def leaderboard_table(auc: pd.DataFrame) -> pd.DataFrame:
     board = auc.groupby(keys, sort=True).agg(
         auc_mean=("value", "mean"), auc_std=("value", lambda v: v.std(ddof=1)),
         n_seeds=("value", "count"), span_lo=("span_lo", "first"), span_hi=("span_hi", "first"),
+        wall_mean=("wall_s", "mean"), queries=("queries_used", "max"),
     ).reset_index()
     # AUCs are comparable only over the same checkpoints: rank within (dataset, mode, track, span)
     groups = ["dataset", "output_mode", "track", "span_lo", "span_hi"]
@@ -159,6 +163,19 @@ def _gain_blocks(board: pd.DataFrame, gl: GainLookup, budgets: list[int]) -> lis
             table(heads, rows)]
 
 
+COST_HEADER = "seed-run cost (wall, queries)"
+"""The seed-run's cost: mean ``timings_s.total`` over its seeds (the whole seed-run, both tracks and every
+probe, on the machines and threads the caption names) and the images its victim answered."""
+
+
+def _cost_cell(row: pd.Series) -> str:
+    wall, queries = row.get("wall_mean"), row.get("queries")
+    if wall is None or pd.isna(wall):
+        return "–"
+    text = f"{wall / 60:.1f} min" if wall >= 90 else f"{wall:.0f} s"
+    return text if queries is None or pd.isna(queries) else f"{text}, {int(queries):,}"
+
+
 def _stale_counts(stale: pd.DataFrame | None) -> dict[tuple, int]:
     """(label, data mode, output mode, victim) → seeds kept by ``--keep-stale``."""
     if stale is None or stale.empty:
@@ -179,10 +196,10 @@ def _track_blocks(board: pd.DataFrame, agg: pd.DataFrame, track: str,
     blocks = [Block("h3", TRACK_TITLES.get(track, f"Track {track}"))]
     rows = [["#" + str(r["rank"]), *_ident(r), _seeds_cell(r, stale or {}),
              fmt_mean_std(r["auc_mean"], r["auc_std"]), _span(r), _auc_gain_cell(gl, r),
-             *(_cell(lookup, r, "agreement", b) for b in budgets)] for _, r in board.iterrows()]
+             *(_cell(lookup, r, "agreement", b) for b in budgets), _cost_cell(r)] for _, r in board.iterrows()]
     heads = ["rank", *IDENT_HEADERS, "seeds", "agreement AUC (log-budget)", "AUC span",
              "AUC gain over control [95% CI]",
-             *(f"agreement @{budget_label(b)}" for b in budgets)]
+             *(f"agreement @{budget_label(b)}" for b in budgets), COST_HEADER]
     from mebench.report.transfer import HEADLINE_METHODS, transfer_cell
 
     for _, prefix, title in HEADLINE_METHODS:  # mebench.report.transfer: PGD, then CW L2

@@ -63,9 +63,10 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "defense_agreement", "defense_perturbation", "defense_stream_l1", "defense_stream_label_change", "adaptive",
     "base_label", "status", "run_name", "run_id", "source",
     "completed", "completed_from", "torch_threads", "device", "code_identity", "plan_hash", "kept_stale",
-    "stale_reason", "control_for",
+    "stale_reason", "control_for", "wall_s", "queries_used",
 )
-"""Columns the loader adds to every row."""
+"""Columns the loader adds to every row (``wall_s``: the seed-run's ``timings_s.total``; ``queries_used``: the
+images its victim answered)."""
 
 UNKNOWN = "unknown"
 UNRECORDED = "?"
@@ -347,6 +348,8 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
         "victim_zoo": str(victim.get("zoo") or ""),
         "status": rec.state, "run_name": rec.run_name, "run_id": rec.run_id, "source": rec.source,
         "control_for": ";".join(sorted(map(str, controls))) if isinstance(controls, list) else UNRECORDED,
+        "wall_s": as_float(mapping_section(summary, "timings_s").get("total")),
+        "queries_used": as_float(summary.get("queries_used")),
         **identity_columns(rec),
     }
 
@@ -435,7 +438,7 @@ def as_float(value: Any) -> float:
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     """Coerce types; drop rows whose seed/checkpoint/track cannot be read."""
     for col in (*METRIC_COLUMNS, "victim_test_accuracy", "defense_test_accuracy", "defense_agreement",
-                "defense_perturbation", "defense_stream_l1", "defense_stream_label_change"):
+                "defense_perturbation", "defense_stream_l1", "defense_stream_label_change", "wall_s", "queries_used"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     for col in ("seed", "checkpoint_B"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
