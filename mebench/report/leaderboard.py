@@ -59,8 +59,7 @@ def agreement_auc_per_seed(frame: pd.DataFrame) -> pd.DataFrame:
         if wide.shape[1] == 0:
             continue
         auc = log_budget_auc(list(wide.columns), wide.to_numpy())
-        cost = (g.groupby("seed")[["wall_s", "queries_used"]].first() if {"wall_s", "queries_used"} <= set(g)
-                else pd.DataFrame(index=wide.index, columns=["wall_s", "queries_used"], dtype=float))
+        cost = g.groupby("seed")[["wall_s", "queries_used"]].first()  # the loader's per-run columns
         for seed, value in zip(wide.index, auc):
             rows.append({**dict(zip([*CONDITION_KEYS, "track"], key)), "seed": int(seed),
                          "value": float(value), "span_lo": int(wide.columns[0]),
