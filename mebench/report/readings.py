@@ -55,7 +55,7 @@ def _signed(v: float) -> str:
     return f"{v:+.4f}".replace("-", "−")
 
 
-def collapse_marks(health_rows: pd.DataFrame) -> dict[tuple, str]:
+def collapse_marks(health_rows: pd.DataFrame | None) -> dict[tuple, str]:
     """(dataset, output mode, label, data mode) → ' [collapsed: 1k 3 seeds, 10k 1 seed]' for Track A."""
     if health_rows is None or health_rows.empty:
         return {}
@@ -72,10 +72,9 @@ def collapse_marks(health_rows: pd.DataFrame) -> dict[tuple, str]:
     return marks
 
 
-def reading_lines(gains: pd.DataFrame, marks: dict[tuple, str], dataset: str, mode: str) -> list[str]:
-    """One sentence per null control: the attacks of its data mode above, level with, below it."""
-    g = gains[(gains["dataset"] == dataset) & (gains["output_mode"] == mode) & (gains["track"] == "A")
-              & (gains["metric"] == "agreement_auc")]
+def reading_lines(g: pd.DataFrame, marks: dict[tuple, str], dataset: str, mode: str) -> list[str]:
+    """One sentence per null control: the attacks of its data mode above, level with, below it (``g``: the
+    Track A agreement-AUC gain rows of one dataset and output mode)."""
     lines = []
     for (control, control_mode), gc in g.groupby(["control_label", "control_data_mode"], sort=True):
         groups: dict[str, list[str]] = {v: [] for v in VERDICTS}
@@ -105,10 +104,8 @@ def readings_blocks(gains: pd.DataFrame, health_rows: pd.DataFrame | None) -> li
         "health): there the number measures a failed training, not the queries."))]
     if gains is None or gains.empty:
         return blocks
-    auc = gains[gains["metric"] == "agreement_auc"]
-    marks = collapse_marks(health_rows if health_rows is not None else pd.DataFrame())
-    for (dataset, mode), _ in auc.groupby(["dataset", "output_mode"], sort=True):
-        lines = reading_lines(gains, marks, dataset, mode)
-        if lines:
-            blocks += [Block("h2", f"{dataset} · {mode}"), Block("p", " ".join(lines))]
+    auc = gains[(gains["metric"] == "agreement_auc") & (gains["track"] == "A")]
+    marks = collapse_marks(health_rows)
+    for (dataset, mode), g in auc.groupby(["dataset", "output_mode"], sort=True):
+        blocks += [Block("h2", f"{dataset} · {mode}"), Block("p", " ".join(reading_lines(g, marks, dataset, mode)))]
     return blocks
