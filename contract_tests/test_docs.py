@@ -214,7 +214,7 @@ def test_sets_rendered_in_parallel_fill_the_pages_as_one_after_another(tmp_path)
         filled[workers] = page.read_text(encoding="utf-8")
     assert filled[1] == filled[2] and "results/ray" in filled[2] and "results/transfer-cw" in filled[2]
     cache: dict = {}
-    docs.prefetch(root, [page], tmp_path / "out", cache, workers=2)
+    docs.prefetch(root, {page: page.read_text(encoding="utf-8")}, tmp_path / "out", cache, workers=2)
     assert set(cache) == {"ray", "transfer-cw"}  # both came from the worker processes
 
 

@@ -34,7 +34,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results"
@@ -281,8 +281,8 @@ def rendered(root: Path, set_name: str, tmp: Path, reports: dict[str, str]) -> t
     return reports, caption(set_name, record_summaries(set_dir)), replace
 
 
-def prefetch(root: Path, pages: Sequence[Path], tmp: Path, cache: dict, workers: Optional[int] = None) -> None:
-    """Render every set the pages name, ``workers`` processes at a time (default: the CPUs this process may
+def prefetch(root: Path, pages: Mapping[Path, str], tmp: Path, cache: dict, workers: Optional[int] = None) -> None:
+    """Render every set the pages (path -> text) name, ``workers`` processes at a time (default: the CPUs this process may
     use, ``mebench.support.threads.usable_cpus``), into ``cache``.
 
     Each set's report is independent of the others and deterministic, so the pages are the same as when
@@ -291,7 +291,7 @@ def prefetch(root: Path, pages: Sequence[Path], tmp: Path, cache: dict, workers:
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    names = sorted({b.set for page in pages for b in find_blocks(page.read_text(encoding="utf-8"), str(page))
+    names = sorted({b.set for page, text in pages.items() for b in find_blocks(text, str(page))
                     if b.set != REGISTRY_SET and (root / RESULTS / b.set).is_dir()} - set(cache))
     from mebench.support.threads import usable_cpus  # torch-free
 
@@ -314,16 +314,14 @@ def regenerate(root: Path = ROOT, check: bool = False, workers: Optional[int] = 
     changed: list[Path] = []
     cache: dict = {}
     with tempfile.TemporaryDirectory(prefix="mebench-docs-") as tmp:
-        pages = [page for page in target_pages(root) if BEGIN_RE.search(page.read_text(encoding="utf-8"))]
+        texts = {page: page.read_text(encoding="utf-8") for page in target_pages(root)}
+        pages = {page: text for page, text in texts.items() if BEGIN_RE.search(text)}
         if workers != 1:
             try:
                 prefetch(root, pages, Path(tmp), cache, workers)
             except ValueError:  # a malformed block: regenerate_text says where, below
                 cache.clear()
-        for page in target_pages(root):
-            text = page.read_text(encoding="utf-8")
-            if BEGIN_RE.search(text) is None:
-                continue
+        for page, text in pages.items():
             new = regenerate_text(text, root, cache, Path(tmp), str(page.relative_to(root)))
             if new != text:
                 changed.append(page)
