@@ -476,4 +476,4 @@ def test_the_leaderboard_shows_each_rows_seed_run_cost():
 
     blocks = leaderboard_blocks(board, aggregate(to_long(frame)), victim_reference(frame), {})
     rows = {r[1]: r[-1] for b in blocks if b.kind == "table" and "seed-run cost (wall, queries)" in b.headers for r in b.rows}
-    assert rows == {"random": "2.5 min, 10,000", "knockoff": "–"}
+    assert rows == {"random": "2m30s, 10,000", "knockoff": "–"}

@@ -35,6 +35,7 @@ from mebench.report.aggregate import CONDITION_KEYS, METRIC_NOTES, metric_headin
 from mebench.report.document import Block, budget_label, fmt_gain, fmt_mean_std, table
 from mebench.report.identity import stale_blocks
 from mebench.report.load import METRIC_COLUMNS
+from mebench.support.progress import duration
 
 TRACK_TITLES = {"A": "Track A (SFP: standard from-scratch protocol, primary)",
                 "B": "Track B (AOP: attacker-original protocol, secondary)"}
@@ -171,7 +172,7 @@ def _cost_cell(row: pd.Series) -> str:
     wall, queries = row.get("wall_mean"), row.get("queries")
     if wall is None or pd.isna(wall):
         return "–"
-    text = f"{wall / 60:.1f} min" if wall >= 90 else f"{wall:.0f} s"
+    text = duration(wall)  # as the progress lines write it
     return text if queries is None or pd.isna(queries) else f"{text}, {int(queries):,}"
 
 
