@@ -123,9 +123,10 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     write_pages(comparison_blocks(comps, gains), out, "comparisons", "mebench comparisons",
                  files, html=False)
     write_pages(gain_blocks(gains, roles), out, "gains", "mebench gains", files, html=False)
-    write_pages(readings_blocks(gains, health_frame(records)), out, "readings", "mebench leaderboard readings",
+    health = health_frame(records)  # read once: the readings mark collapses, the health section lists every flag
+    write_pages(readings_blocks(gains, health), out, "readings", "mebench leaderboard readings",
                 files, html=False)
-    parts = ReportParts(records, frame, out, files, n_bootstrap, figures, transfer_frames)
+    parts = ReportParts(records, frame, out, files, n_bootstrap, figures, transfer_frames, health)
     for _, section in SECTIONS:
         section(parts)
     return {**files, **bench}
@@ -143,6 +144,7 @@ class ReportParts:
     n_bootstrap: int
     figures: bool
     transfer_frames: Any
+    health: Any  # mebench.report.health.health_frame of the records
 
 
 def _defenses(r: ReportParts) -> None:
@@ -180,7 +182,7 @@ def _detection(r: ReportParts) -> None:
 
 
 def _health(r: ReportParts) -> None:
-    health = health_frame(r.records)
+    health = r.health
     if health.empty:
         return
     restarts = int(health["checkpoint_B"].isna().sum())
