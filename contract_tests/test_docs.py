@@ -95,10 +95,25 @@ def _summary(code: str | None, sha: str, acc: float, commit: str = "abc") -> dic
 def test_caption_names_identities_and_builds():
     one = docs.caption("s", [_summary("1.1.0+src.aaa", "f" * 64, 0.99)] * 2)
     assert one == ("*Generated from `results/s`: 2 seed-runs.* Code identity: `1.1.0+src.aaa`. "
-                   "Victim builds: v sha256 ffffffffffff (test accuracy 0.99).")
+                   "Victim builds: v sha256 ffffffffffff (test accuracy 0.99). "
+                   "Ran on: torch ?, CPU model not recorded, device ?, ? threads.")
     mixed = docs.caption("s", [_summary("1.1.0+src.aaa", "f" * 64, 0.99), _summary(None, "e" * 64, 0.98, "0a1637b")])
     assert "**Spans several code identities:** `1.1.0+src.aaa`, `git 0a1637b`." in mixed
     assert "**Spans several builds of one victim:**" in mixed and "eeeeeeeeeeee (test accuracy 0.98)" in mixed
+
+
+# contract (reproducibility): records name the torch build, CPU model and threads, and the caption shows them.
+def test_caption_names_the_machines_the_records_ran_on():
+    here = {**_summary("c", "f" * 64, 0.99), "versions": {"torch": "2.14.1"},
+            "machine": {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2", "torch_threads": 1, "device": "cpu"}}
+    gpu = {**here, "versions": {"torch": "2.11.0"},
+           "machine": {**here["machine"], "device": "cuda:0", "gpu": "NVIDIA H200"}}
+    older = {**_summary("c", "f" * 64, 0.99), "machine": {"torch_threads": 2, "device": "cpu"}}
+    assert docs.caption("s", [here, here]).endswith(" Ran on: torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread.")
+    mixed = docs.caption("s", [here, here, gpu, older])
+    assert mixed.endswith("**Spans several machines:** torch 2.11.0, AMD EPYC (AVX2), cuda:0 NVIDIA H200, 1 thread "
+                          "(1 seed-runs); torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread (2 seed-runs); "
+                          "torch ?, CPU model not recorded, cpu, 2 threads (1 seed-runs).")
 
 
 def test_blocks_are_found_and_checked():

@@ -125,6 +125,26 @@ def test_seeds_of_different_code_are_split_and_old_records_fall_back_to_git(tmp_
 
 
 @pytest.mark.slow
+def test_seeds_of_two_machines_are_split_and_a_record_without_one_splits_nothing(tmp_path):
+    # contract (reproducibility): across machines only distributions compare; a seed-run from another torch
+    # build or CPU is its own row, named by what differs; an older record that names neither pools with either
+    here = {"versions": {"torch": "2.14.1"}}
+    cpu = {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2", "torch_threads": 1, "device": "cpu"}
+    write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5, extra={**here, "machine": cpu})
+    write_seed(tmp_path / "r" / "t" / "seed_1", 1, 0.5, extra={"versions": {"torch": "2.15.0"}, "machine": cpu})
+    write_seed(tmp_path / "k" / "t" / "seed_0", 0, 0.6, label="knockoff", extra={**here, "machine": cpu})
+    write_seed(tmp_path / "k" / "t" / "seed_1", 1, 0.6, label="knockoff",
+               extra={**here, "machine": {**cpu, "cpu_model": "Intel Xeon", "cpu_capability": "AVX512"}})
+    write_seed(tmp_path / "o" / "t" / "seed_0", 0, 0.7, label="jbda", extra={**here, "machine": cpu})
+    write_seed(tmp_path / "o" / "t" / "seed_1", 1, 0.7, label="jbda")
+    files, messages = _report(tmp_path, tmp_path / "out")
+    labels = set(pd.read_csv(files["aggregate_csv"])["attack"])
+    assert labels == {"random [torch 2.14.1]", "random [torch 2.15.0]", "knockoff [cpu AMD EPYC (AVX2)]",
+                      "knockoff [cpu Intel Xeon (AVX512)]", "jbda"}
+    assert any("different cpu" in m and "'knockoff [cpu Intel Xeon (AVX512)]': seeds 1" in m for m in messages)
+
+
+@pytest.mark.slow
 def test_cells_kept_stale_are_marked(tmp_path):
     write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5)
     write_seed(tmp_path / "r" / "t" / "seed_1", 1, 0.5,

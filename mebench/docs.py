@@ -15,7 +15,8 @@ See docs/results/index.md.
 # and this module fills it with that file of ``mebench report results/<set>`` (run in-process into
 # a temporary folder), preceded by a caption naming the records behind it: how many seed-runs, their
 # code identities (``summary.json`` ``code_identity``, else the git commit they ran at) and victim
-# builds (sha256 prefix and test accuracy), saying so when they span several. ``#<heading words>``
+# builds (sha256 prefix and test accuracy) and the machines they ran on (torch build, CPU model and
+# instruction set, device and GPU, threads), saying so when they span several. ``#<heading words>``
 # keeps only the section whose heading contains those words, ``#<heading words>!table`` only its
 # first table. ``--check`` changes nothing and exits 1
 # when a page differs from what the records give (CI; ``contract_tests/test_docs.py``).
@@ -107,12 +108,26 @@ def victim_of(summary: dict) -> str:
     return f"{v.get('victim_id', '?')} sha256 {sha} (test accuracy {acc if acc is not None else '?'})"
 
 
+def machine_of(summary: dict) -> str:
+    """``torch <build>, <CPU model (instruction set)>, <device[ GPU]>, <n> thread(s)``: where a record ran
+    (:func:`mebench.report.load.environment_of`); an older record's missing CPU model is said so."""
+    from mebench.report.load import environment_of
+
+    env = environment_of(summary)
+    machine = summary.get("machine") or {}
+    threads = machine.get("torch_threads")
+    device = " ".join(p for p in (str(machine.get("device") or "device ?"), env["gpu"]) if p)
+    return ", ".join([f"torch {env['torch_build'] or '?'}", env["cpu_model"] or "CPU model not recorded", device,
+                      f"{threads if threads is not None else '?'} thread{'' if threads == 1 else 's'}"])
+
+
 BENCH_KIND = "mebench-detection-bench"
 """``kind`` of a detection benchmark's record (``results/detect/<dataset>/detection_bench.json``)."""
 
 
 def caption(set_name: str, summaries: list[dict]) -> str:
-    """The provenance line above a generated block; says so when records span several builds."""
+    """The provenance line above a generated block: the set, its seed-runs, code identities, victim
+    builds and machines (torch build, CPU model, device, threads); says so when records span several."""
     codes = sorted({code_of(s) for s in summaries})
     victims = sorted({victim_of(s) for s in summaries})
     by_id: dict[str, int] = {}
@@ -126,6 +141,15 @@ def caption(set_name: str, summaries: list[dict]) -> str:
     several = any(n > 1 for n in by_id.values())
     parts.append(("**Spans several builds of one victim:** " if several else "Victim builds: ")
                  + "; ".join(victims) + ".")
+    machines: dict[str, int] = {}
+    for s in summaries:
+        if s.get("kind") != BENCH_KIND:
+            machines[machine_of(s)] = machines.get(machine_of(s), 0) + 1
+    if len(machines) > 1:
+        parts.append("**Spans several machines:** " + "; ".join(f"{m} ({n} seed-runs)" for m, n in sorted(machines.items()))
+                     + ".")
+    elif machines:
+        parts.append(f"Ran on: {next(iter(machines))}.")
     return " ".join(parts)
 
 

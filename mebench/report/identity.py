@@ -1,14 +1,16 @@
 """Which seed-runs may be pooled into one mean ± std, and which were kept stale (issue 43).
 
-Seeds of one condition are pooled only when they ran alike: the same torch thread count, the same
-device and the same code (``code_identity``, else the git commit and dirty flag); otherwise each
+Seeds of one condition are pooled only when they ran alike: the same torch thread count, device,
+code (``code_identity``, else the git commit and dirty flag), torch build, CPU model and GPU; otherwise each
 combination is its own row, its label suffixed with what differs, and a warning names the seeds.
 Cells kept by ``--keep-stale`` are pooled like any other but listed and warned about. Details below;
 see docs/guide/reports.md.
 """
 # Seeds of one condition are pooled only when they ran alike: the same torch thread count
-# (CPU results depend on it: it changes the order of float reductions), the same device and
-# the same code (``code_identity``, else the git commit and dirty flag of older records). A
+# (CPU results depend on it: it changes the order of float reductions), the same device, the
+# same code (``code_identity``, else the git commit and dirty flag of older records) and the same
+# machine where records name it (torch build, CPU model and instruction set, GPU: across machines
+# only distributions compare, so seeds of two machines are two rows, never one mean). A
 # condition whose seeds differ in any of these is reported as one row per combination, its
 # label suffixed with what differs (``random [threads 2]``), and a warning names the seeds
 # of each. Victim builds (checkpoint sha256) are told apart earlier, by victim id
@@ -27,7 +29,8 @@ import pandas as pd
 from mebench.report.aggregate import CONDITION_KEYS
 from mebench.report.document import Block, table
 
-POOLING_FIELDS: dict[str, str] = {"torch_threads": "threads", "device": "device", "code_identity": "code"}
+POOLING_FIELDS: dict[str, str] = {"torch_threads": "threads", "device": "device", "code_identity": "code",
+                                  "torch_build": "torch", "cpu_model": "cpu", "gpu": "gpu"}
 """Columns that must agree between pooled seeds → the word that names them in a label."""
 
 

@@ -63,10 +63,11 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "defense_agreement", "defense_perturbation", "defense_stream_l1", "defense_stream_label_change", "adaptive",
     "base_label", "status", "run_name", "run_id", "source",
     "completed", "completed_from", "torch_threads", "device", "code_identity", "plan_hash", "kept_stale",
-    "stale_reason", "control_for", "wall_s", "queries_used",
+    "stale_reason", "control_for", "wall_s", "queries_used", "torch_build", "cpu_model", "gpu",
 )
 """Columns the loader adds to every row (``wall_s``: the seed-run's ``timings_s.total``; ``queries_used``: the
-images its victim answered)."""
+images its victim answered; ``torch_build``, ``cpu_model`` and ``gpu``: the machine it ran on, "" where an older
+record does not say, see :func:`environment_of`)."""
 
 UNKNOWN = "unknown"
 UNRECORDED = "?"
@@ -391,7 +392,20 @@ def identity_columns(rec: RunRecord) -> dict[str, Any]:
             "torch_threads": str(threads) if threads is not None else "",
             "device": str(machine.get("device") or ""), "code_identity": str(code),
             "plan_hash": str(summary.get("plan_hash") or ""), "kept_stale": bool(resume.get("kept_stale")),
-            "stale_reason": str(resume.get("reason") or "") if resume.get("kept_stale") else ""}
+            "stale_reason": str(resume.get("reason") or "") if resume.get("kept_stale") else "",
+            **environment_of(summary)}
+
+
+def environment_of(summary: Mapping[str, Any]) -> dict[str, str]:
+    """The environment a seed-run's numbers depend on beyond its code (contract: records name the torch
+    build, the CPU model and the threads): ``torch_build`` (``versions.torch``), ``cpu_model`` (the model
+    name, with the instruction set torch's kernels used in brackets) and ``gpu`` (the card's name on
+    CUDA); "" for what an older record does not say."""
+    machine, versions = mapping_section(summary, "machine"), mapping_section(summary, "versions")
+    cpu, capability = str(machine.get("cpu_model") or ""), str(machine.get("cpu_capability") or "")
+    return {"torch_build": str(versions.get("torch") or ""),
+            "cpu_model": f"{cpu} ({capability})" if cpu and capability else cpu,
+            "gpu": str(machine.get("gpu") or "")}
 
 
 def exclusions(records: Iterable[RunRecord]) -> pd.DataFrame:
@@ -445,7 +459,7 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     text_cols = ["track", "attack", "data_mode", "output_mode", "victim_id",
                  "substitute_arch", "label", "dataset", "victim_sha256", "defense", "status", "run_name", "run_id",
                  "source", "completed_from", "torch_threads", "device", "code_identity", "plan_hash", "stale_reason",
-                 "control_for", "adaptive", "base_label"]
+                 "control_for", "adaptive", "base_label", "torch_build", "cpu_model", "gpu"]
     frame["completed"] = pd.to_numeric(frame["completed"], errors="coerce").astype(float)
     frame["kept_stale"] = frame["kept_stale"].fillna(False).astype(bool)
     for col in text_cols:
