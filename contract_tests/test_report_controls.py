@@ -477,3 +477,42 @@ def test_the_leaderboard_shows_each_rows_seed_run_cost():
     blocks = leaderboard_blocks(board, aggregate(to_long(frame)), victim_reference(frame), {})
     rows = {r[1]: r[-1] for b in blocks if b.kind == "table" and "seed-run cost (wall, queries)" in b.headers for r in b.rows}
     assert rows == {"random": "2m30s, 10,000", "knockoff": "–"}
+
+
+@pytest.mark.parametrize("flipped", [False, True])
+def test_a_named_variant_is_shown_beside_its_preset_with_its_gap_and_cost(flipped):
+    # issue 58: a *_fast variant's page says what it gives up: variant − preset paired by seed, whichever
+    # label a comparison row puts first (compare_all puts the preset first; ``flipped`` swaps each row's
+    # sides), with each one's wall time per seed-run; an attack without its preset in the set gets no row
+    from mebench.report.aggregate import to_long
+    from mebench.report.compare import compare_all, comparison_points
+    from mebench.report.presets import preset_blocks, preset_gaps
+
+    preset, variant = "qedg", "qedg_fast"
+    recs = [_record("qedg", "data_free", s, [BASE[s]] * 3, label=preset) for s in range(3)]
+    recs += [_record("qedg", "data_free", s, [BASE[s] - DELTA[s]] * 3, label=variant) for s in range(3)]
+    recs += [_record("ideal", "data_free", s, [0.3] * 3, label="ideal_fast") for s in range(3)]
+    for rec, wall in zip(recs, (600.0, 660.0, 720.0, 60.0, 60.0, 60.0, 5.0, 5.0, 5.0)):
+        rec.summary["timings_s"] = {"total": wall}
+    frame = _frame(recs)
+    comps = compare_all(comparison_points(to_long(frame), agreement_auc_per_seed(frame)), n_bootstrap=N_BOOT)
+    if flipped:
+        swap = {"a_label": "b_label", "b_label": "a_label", "a_data_mode": "b_data_mode",
+                "b_data_mode": "a_data_mode", "mean_a": "mean_b", "mean_b": "mean_a"}
+        comps = comps.rename(columns=swap).assign(mean_diff=-comps["mean_diff"], ci_lower=-comps["ci_upper"],
+                                                  ci_upper=-comps["ci_lower"])
+    gaps = preset_gaps(comps, frame)
+    assert set(gaps["variant"]) == {variant} and set(gaps["preset"]) == {preset}
+    row = gaps[(gaps["metric"] == "agreement") & (gaps["checkpoint_B"] == 10_000)].iloc[0]
+    assert row["gap"] == pytest.approx(-np.mean(list(DELTA.values())[:3]))
+    assert row["mean_preset"] == pytest.approx(np.mean([BASE[s] for s in range(3)]))
+    assert row["ci_lower"] <= row["gap"] <= row["ci_upper"] < 0 and bool(row["ci_excludes_zero"])
+    assert (row["wall_s_preset"], row["wall_s_variant"]) == (660.0, 60.0)
+    text = "\n".join(b.text for b in preset_blocks(gaps))
+    assert f"{variant} against {preset}" in text and "ideal_fast" not in text
+    cells = [list(r) for b in preset_blocks(gaps) if b.kind == "table" for r in b.rows]
+    (shown,) = [c for c in cells if c[3:6] == ["A", "agreement", "10k"]]
+    assert shown[:3] == ["MNIST", "soft_prob", "data_free"] and shown[6] == "3"
+    assert shown[7:10] == ["0.4733", "0.3733", "-0.1000"] and shown[11:] == ["yes", "11m00s", "1m00s"]
+    assert preset_gaps(compare_all(comparison_points(to_long(_frame(recs[6:])), agreement_auc_per_seed(
+        _frame(recs[6:]))), n_bootstrap=N_BOOT), _frame(recs[6:])).empty

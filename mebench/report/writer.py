@@ -19,6 +19,7 @@ from mebench.report.leaderboard import (DEFINITION_TEXT, agreement_auc_per_seed,
                                         leaderboard_latex, leaderboard_table)
 from mebench.report.detection import detection_blocks, detection_frame, detection_table
 from mebench.report.health import health_blocks, health_frame
+from mebench.report.presets import preset_blocks, preset_gaps
 from mebench.report.readings import readings_blocks
 from mebench.report.verification import roc_frame, verification_blocks, verification_frame, verification_table
 from mebench.report.transfer import read_frames, with_transfer_column, write_transfer_report
@@ -126,7 +127,7 @@ def write_report(path: str | Path | Sequence[str | Path], out_dir: str | Path | 
     health = health_frame(records)  # read once: the readings mark collapses, the health section lists every flag
     write_pages(readings_blocks(gains, health), out, "readings", "mebench leaderboard readings",
                 files, html=False)
-    parts = ReportParts(records, frame, out, files, n_bootstrap, figures, transfer_frames, health)
+    parts = ReportParts(records, frame, out, files, n_bootstrap, figures, transfer_frames, health, comps)
     for _, section in SECTIONS:
         section(parts)
     return {**files, **bench}
@@ -145,6 +146,7 @@ class ReportParts:
     figures: bool
     transfer_frames: Any
     health: Any  # mebench.report.health.health_frame of the records
+    comps: Any  # mebench.report.compare.compare_all of the pooled rows
 
 
 def _defenses(r: ReportParts) -> None:
@@ -203,6 +205,13 @@ def _verification(r: ReportParts) -> None:
     write_pages(verification_blocks(table_), r.out, "verification", "mebench verification", r.files, html=False)
 
 
+def _presets(r: ReportParts) -> None:
+    gaps = preset_gaps(r.comps, r.frame)
+    if not gaps.empty:
+        write_table(gaps, r.out, "presets", r.files)
+        write_pages(preset_blocks(gaps), r.out, "presets", "mebench variants against presets", r.files, html=False)
+
+
 def _transfer(r: ReportParts) -> None:
     r.files.update(write_transfer_report(r.transfer_frames, r.frame, r.out, figures_too=r.figures))
 
@@ -211,4 +220,4 @@ def _transfer(r: ReportParts) -> None:
 #: each writes its tables and page when its records hold anything for it. A new section is one entry.
 SECTIONS: tuple[tuple[str, Callable[[ReportParts], None]], ...] = (
     ("defenses", _defenses), ("adaptive", _adaptive), ("zoo", _zoo), ("detection", _detection),
-    ("health", _health), ("transfer", _transfer), ("verification", _verification))
+    ("health", _health), ("transfer", _transfer), ("verification", _verification), ("presets", _presets))
