@@ -112,8 +112,8 @@ def test_caption_names_the_machines_the_records_ran_on():
     assert docs.caption("s", [here, here]).endswith(" Ran on: torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread.")
     mixed = docs.caption("s", [here, here, gpu, older])
     assert mixed.endswith("**Spans several machines:** torch 2.11.0, AMD EPYC (AVX2), cuda:0 NVIDIA H200, 1 thread "
-                          "(1 seed-runs); torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread (2 seed-runs); "
-                          "torch ?, CPU model not recorded, cpu, 2 threads (1 seed-runs).")
+                          "(1 seed-run); torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread (2 seed-runs); "
+                          "torch ?, CPU model not recorded, cpu, 2 threads (1 seed-run).")
 
 
 def test_blocks_are_found_and_checked():

@@ -511,8 +511,8 @@ def test_a_named_variant_is_shown_beside_its_preset_with_its_gap_and_cost(flippe
     text = "\n".join(b.text for b in preset_blocks(gaps))
     assert f"{variant} against {preset}" in text and "ideal_fast" not in text
     cells = [list(r) for b in preset_blocks(gaps) if b.kind == "table" for r in b.rows]
-    (shown,) = [c for c in cells if c[3:6] == ["A", "agreement", "10k"]]
-    assert shown[:3] == ["MNIST", "soft_prob", "data_free"] and shown[6] == "3"
-    assert shown[7:10] == ["0.4733", "0.3733", "-0.1000"] and shown[11:] == ["yes", "11m00s", "1m00s"]
+    (shown,) = [c for c in cells if c[5:8] == ["A", "agreement", "10k"]]
+    assert shown[:5] == ["MNIST", "mnist_lenet5_v1", "lenet5", "soft_prob", "data_free"] and shown[8] == "3"
+    assert shown[9:12] == ["0.4733", "0.3733", "-0.1000"] and shown[13:] == ["yes", "11m00s", "1m00s", "yes"]
     assert preset_gaps(compare_all(comparison_points(to_long(_frame(recs[6:])), agreement_auc_per_seed(
         _frame(recs[6:]))), n_bootstrap=N_BOOT), _frame(recs[6:])).empty

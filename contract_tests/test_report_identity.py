@@ -145,6 +145,25 @@ def test_seeds_of_two_machines_are_split_and_a_record_without_one_splits_nothing
 
 
 @pytest.mark.slow
+def test_a_variant_split_by_machine_still_meets_its_preset_and_the_gap_is_written(tmp_path):
+    # issue 58: presets.md|csv|json pair <preset> and <preset>_fast; when the pooling split suffixes both
+    # ('maze [torch 2.15.0]'), each part meets the variant's part of the same suffix, never another's
+    cpu = {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2", "torch_threads": 1, "device": "cpu"}
+    for label, base in (("maze", 0.5), ("maze_fast", 0.4)):
+        for seed in range(3):
+            torch_build = "2.15.0" if seed == 0 else "2.14.1"
+            write_seed(tmp_path / label / "t" / f"seed_{seed}", seed, base + 0.01 * seed, label=label,
+                       extra={"versions": {"torch": torch_build}, "machine": cpu, "timings_s": {"total": 10.0}})
+    files, _ = _report(tmp_path, tmp_path / "out")
+    gaps = json.loads(files["presets_json"].read_text())
+    rows = pd.read_csv(files["presets_csv"])
+    assert set(zip(rows["preset"], rows["variant"])) == {("maze [torch 2.14.1]", "maze_fast [torch 2.14.1]"),
+                                                         ("maze [torch 2.15.0]", "maze_fast [torch 2.15.0]")}
+    assert rows["gap"].round(10).eq(-0.1).all() and rows["one_machine"].all()
+    assert gaps["definitions"]["ci_level"] == 0.95
+
+
+@pytest.mark.slow
 def test_cells_kept_stale_are_marked(tmp_path):
     write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5)
     write_seed(tmp_path / "r" / "t" / "seed_1", 1, 0.5,

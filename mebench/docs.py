@@ -146,8 +146,8 @@ def caption(set_name: str, summaries: list[dict]) -> str:
         if s.get("kind") != BENCH_KIND:
             machines[machine_of(s)] = machines.get(machine_of(s), 0) + 1
     if len(machines) > 1:
-        parts.append("**Spans several machines:** " + "; ".join(f"{m} ({n} seed-runs)" for m, n in sorted(machines.items()))
-                     + ".")
+        runs = [f"{m} ({n} seed-run{'' if n == 1 else 's'})" for m, n in sorted(machines.items())]
+        parts.append("**Spans several machines:** " + "; ".join(runs) + ".")
     elif machines:
         parts.append(f"Ran on: {next(iter(machines))}.")
     return " ".join(parts)

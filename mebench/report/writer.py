@@ -208,7 +208,7 @@ def _verification(r: ReportParts) -> None:
 def _presets(r: ReportParts) -> None:
     gaps = preset_gaps(r.comps, r.frame)
     if not gaps.empty:
-        write_table(gaps, r.out, "presets", r.files)
+        write_table(gaps, r.out, "presets", r.files, definitions=definitions(r.n_bootstrap))
         write_pages(preset_blocks(gaps), r.out, "presets", "mebench variants against presets", r.files, html=False)
 
 
