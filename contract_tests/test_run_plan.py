@@ -146,6 +146,24 @@ def test_stale_reason_names_what_differs(make_cfg):
     assert first_difference({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}}) == "a.c: absent -> 2"
 
 
+# contract (reproducibility): a record from another machine is not resumed into this one's rows; a record
+# that does not name its machine (written before it was recorded) is judged on plan, code and threads alone
+def test_a_record_from_another_torch_build_or_cpu_is_stale(make_cfg):
+    from mebench.support.runinfo import cpu_model, library_versions
+
+    plan = resolve(make_cfg())
+    here = {"plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": "1+src.a",
+            "versions": {"torch": library_versions()["torch"]},
+            "machine": {"torch_threads": 1, "cpu_model": cpu_model()}}
+    assert stale_reason(here, plan, "1+src.a", 1) is None
+    older = {**here, "versions": {}, "machine": {"torch_threads": 1}}
+    assert stale_reason(older, plan, "1+src.a", 1) is None
+    build = {**here, "versions": {"torch": "0.0.1"}}
+    assert stale_reason(build, plan, "1+src.a", 1) == f"torch build 0.0.1 -> {library_versions()['torch']}"
+    cpu = {**here, "machine": {"torch_threads": 1, "cpu_model": "Another CPU"}}
+    assert stale_reason(cpu, plan, "1+src.a", 1) == f"CPU model Another CPU -> {cpu_model()}"
+
+
 # issue 35: the cell hash is the plan hash with the code identity and the thread count.
 def test_identity_hash_covers_plan_code_and_threads():
     h = identity_hash("p", "c", 1)

@@ -279,8 +279,11 @@ def identity_hash(plan_hash: str, code_identity: str, threads: Optional[int]) ->
 def stale_reason(stored: Mapping[str, Any], plan: RunPlan, code_identity: str, threads: Optional[int]) -> Optional[str]:
     """Why a stored ``summary.json`` is not a result of what would run now (one line), else ``None``.
 
-    Compared: the plan (the first differing key is named), the code identity and the torch
-    thread count (``machine.torch_threads``; ``threads`` ``None`` skips that check).
+    Compared: the plan (the first differing key is named), the code identity, the torch
+    thread count (``machine.torch_threads``; ``threads`` ``None`` skips that check), and, where the
+    record names them, the torch build (``versions.torch``) and the CPU model (``machine.cpu_model``):
+    across machines only distributions compare, so a cell from another machine is not resumed into
+    this one's rows (``--keep-stale`` keeps it, marked).
     """
     if not stored.get("plan_hash"):
         return "it records no plan (written before run plans were recorded)"
@@ -293,6 +296,13 @@ def stale_reason(stored: Mapping[str, Any], plan: RunPlan, code_identity: str, t
     ran = (stored.get("machine") or {}).get("torch_threads")
     if threads is not None and ran != threads:
         why.append(f"torch threads {ran} -> {threads}")
+    from mebench.support.runinfo import cpu_model, library_versions
+
+    for what, old, new in (("torch build", (stored.get("versions") or {}).get("torch"),
+                            library_versions().get("torch")),
+                           ("CPU model", (stored.get("machine") or {}).get("cpu_model"), cpu_model())):
+        if old and new and old != new:
+            why.append(f"{what} {old} -> {new}")
     return "; ".join(why) or None
 
 
