@@ -111,6 +111,11 @@ def test_caption_names_the_machines_the_records_ran_on():
     older = {**_summary("c", "f" * 64, 0.99), "machine": {"torch_threads": 2, "device": "cpu"}}
     assert docs.caption("s", [here, here]).endswith(" Ran on: torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread.")
     mixed = docs.caption("s", [here, here, gpu, older])
+    built = {**here, "victim": {**here["victim"], "built_with": {"torch": "2.14.1", "cpu_model": "AMD EPYC",
+                                                                  "device": "cpu", "torch_threads": 1}}}
+    one_build = docs.caption("s", [here, built])  # the same build, one record naming its environment
+    assert "Victim builds: v sha256 ffffffffffff (test accuracy 0.99; built with torch 2.14.1, AMD EPYC, cpu)." \
+        in one_build and "Spans several builds" not in one_build
     assert mixed.endswith("**Spans several machines:** torch 2.11.0, AMD EPYC (AVX2), cuda:0 NVIDIA H200, 1 thread "
                           "(1 seed-run); torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread (2 seed-runs); "
                           "torch ?, CPU model not recorded, cpu, 2 threads (1 seed-run).")

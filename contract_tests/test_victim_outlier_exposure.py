@@ -79,7 +79,13 @@ def test_oe_recipe_writes_its_outlier_set_into_the_metadata(tmp_path, fake_mnist
     cfg = SimpleNamespace(victim_id="v", input_size=(28, 28), channels=1, output_modes_supported=("soft_prob",),
                           normalization=SimpleNamespace(mean=(0.1,), std=(0.3,)), checkpoint_ref=tmp_path / "v.pt",
                           temperature=1.0, oracle_profile="default")
-    assert victim_metadata(cfg, "lenet5", tmp_path / "v.pt")["outlier_exposure"] == side["outlier_exposure"]
+    meta = victim_metadata(cfg, "lenet5", tmp_path / "v.pt")
+    assert meta["outlier_exposure"] == side["outlier_exposure"]
+    # issue 58: the build's environment travels into every run's record (the torch build that trained it)
+    assert meta["built_with"] == {"torch": side["versions"]["torch"], "cpu_model": side["machine"]["cpu_model"],
+                                  "device": "cpu", "torch_threads": side["machine"]["torch_threads"]}
+    (tmp_path / "v.json").write_text(json.dumps({"test_accuracy": 0.9}))  # an older side file: nothing to say
+    assert victim_metadata(cfg, "lenet5", tmp_path / "v.pt")["built_with"] is None
     plain = dataclasses.replace(recipe, outlier_source=NO_OUTLIERS)
     train_victim(plain, tmp_path / "p.pt", data_root=str(tmp_path), progress=False)
     assert "outlier_exposure" not in json.loads((tmp_path / "p.json").read_text())

@@ -101,11 +101,16 @@ def code_of(summary: dict) -> str:
 
 
 def victim_of(summary: dict) -> str:
-    """``<victim_id> <sha256[:12]> (test accuracy a)``: one victim build."""
+    """``<victim_id> <sha256[:12]> (test accuracy a[, built with torch t on CPU])``: one victim build and,
+    where its record says, the environment that trained it (``victim.built_with``)."""
     v = summary.get("victim") or {}
     sha = str(v.get("checkpoint_sha256") or v.get("sha256") or "unknown")[:12]
     acc = v.get("test_accuracy")
-    return f"{v.get('victim_id', '?')} sha256 {sha} (test accuracy {acc if acc is not None else '?'})"
+    built = v.get("built_with") or {}
+    where = ", ".join(p for p in (f"torch {built['torch']}" if built.get("torch") else "",
+                                  str(built.get("cpu_model") or ""), str(built.get("device") or "")) if p)
+    return (f"{v.get('victim_id', '?')} sha256 {sha} (test accuracy {acc if acc is not None else '?'}"
+            + (f"; built with {where}" if where else "") + ")")
 
 
 def machine_of(summary: dict) -> str:
@@ -129,7 +134,11 @@ def caption(set_name: str, summaries: list[dict]) -> str:
     """The provenance line above a generated block: the set, its seed-runs, code identities, victim
     builds and machines (torch build, CPU model, device, threads); says so when records span several."""
     codes = sorted({code_of(s) for s in summaries})
-    victims = sorted({victim_of(s) for s in summaries})
+    builds: dict[str, str] = {}  # "<victim_id> sha256 <sha>" -> its description, the fullest its records give
+    for described in (victim_of(s) for s in summaries):
+        key = described.partition(" (")[0]
+        builds[key] = max(builds.get(key, ""), described, key=len)
+    victims = sorted(builds.values())
     by_id: dict[str, int] = {}
     for v in victims:
         by_id[v.split(" ")[0]] = by_id.get(v.split(" ")[0], 0) + 1

@@ -28,7 +28,7 @@ import re
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import torch
 from torch import nn
@@ -298,4 +298,18 @@ def victim_metadata(victim_cfg: Any, arch: str, path: Path) -> dict[str, Any]:
         "zoo": getattr(victim_cfg, "zoo", None),
         # the outlier set of an Outlier-Exposure victim (mebench.victims.outlier_exposure); None for a plain one
         "outlier_exposure": extra.get("outlier_exposure"),
+        "built_with": built_with(extra),
     }
+
+
+def built_with(side: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """Where a victim's build was trained, from its ``PATH.json`` (``mebench victim train`` writes
+    ``versions`` and ``machine``): the torch build, CPU model, device and threads, since a victim's
+    bytes depend on them; ``None`` when the side file records neither (an older or imported victim)."""
+    versions, machine = side.get("versions"), side.get("machine")
+    versions = versions if isinstance(versions, Mapping) else {}
+    machine = machine if isinstance(machine, Mapping) else {}
+    if not versions.get("torch") and not machine:
+        return None
+    return {"torch": versions.get("torch"), "cpu_model": machine.get("cpu_model"),
+            "device": machine.get("device"), "torch_threads": machine.get("torch_threads")}
