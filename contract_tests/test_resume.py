@@ -115,6 +115,26 @@ def test_changed_attack_default_reruns_the_cell(grid, monkeypatch):
     assert record["rerun_reason"] == "its plan differs (attack.params.batch_size: 64 -> 32)"
 
 
+# issue 58: with --resume the estimate covers the cells that run, and the kept cells' measured time stands
+# beside mebench's estimate for them (the estimate's own check, per label)
+@pytest.mark.slow
+def test_resume_estimates_the_cells_that_run_and_checks_the_kept_ones(grid):
+    run_grid(grid).assert_outcomes(passed=1)
+    took = cell_summary(grid)["timings_s"]["total"]
+    kept = run_grid(grid, "--resume")
+    kept.assert_outcomes(skipped=1)
+    kept.stdout.fnmatch_lines(["mebench: 0 grid cells selected: 0 queries*",
+                               "mebench: 1 of the 1 selected cells are complete and kept by --resume, the estimate "
+                               "above is the 0 that run; measured against mebench's estimate: plan_probe * against ~* "
+                               "(x*, 1 cell)"])
+    line = next(x for x in kept.outlines if "measured against" in x)
+    from mebench.harness.cost import human
+
+    assert f"plan_probe {human(took)} against" in line
+    fresh = run_grid(grid, "--resume", "--mebench-cells", "other")
+    assert not any("complete and kept" in x for x in fresh.outlines)
+
+
 # issue 35: a changed code identity (another mebench source) makes --resume run the cell again.
 @pytest.mark.slow
 def test_changed_code_identity_reruns_the_cell(grid, monkeypatch):

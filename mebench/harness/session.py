@@ -24,7 +24,7 @@ import dataclasses
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import pytest
 
@@ -46,6 +46,14 @@ def cell_of(item: pytest.Item) -> Optional[Cell]:
     """The grid cell a collected test runs, or ``None`` for any other test."""
     cell = getattr(item, "callspec", None) and item.callspec.params.get("cell")
     return cell if isinstance(cell, Cell) else None
+
+
+def _total_seconds(record: Mapping[str, Any]) -> Optional[float]:
+    """A kept cell's measured ``summary.timings_s.total`` (seconds), ``None`` when its record has none."""
+    summary = record.get("summary")
+    timings = summary.get("timings_s") if isinstance(summary, Mapping) else None
+    total = timings.get("total") if isinstance(timings, Mapping) else None
+    return float(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else None
 
 
 
@@ -144,20 +152,48 @@ class BenchSession(RunFolders, JsonReport):
                 tr.write_line(line)
 
     def check_cost(self, items: Sequence[pytest.Item]) -> None:
-        """Print the selected cells' estimated wall time (``mebench.harness.cost``, calibrated on this
-        machine); a large selection needs --budgets or --mebench-allow-large."""
+        """Print the estimated wall time of the selected cells that will run (``mebench.harness.cost``,
+        calibrated on this machine) and, with ``--resume``, what the kept cells took against their own
+        estimate; a large selection needs --budgets or --mebench-allow-large."""
 
         cells = [c for c in map(cell_of, items) if c is not None]
         if not cells:
             return
-        cost = self.estimate(cells)
+        kept = {cell.id: rec for item, cell in ((i, cell_of(i)) for i in items) if cell is not None
+                for key, rec in item.user_properties if key == RECORD_KEY}
+        cost, lines = self.cost_lines(cells, kept)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None and not self.is_worker:  # under xdist the workers collect and enforce the guard
-            tr.write_line(cost.line())
+            for line in lines:
+                tr.write_line(line)
         allowed = self.options.budgets is not None or self.config.getoption("mebench_allow_large")
         if cost.large and not allowed and not self.config.option.collectonly:
             raise pytest.UsageError(f"{cost.line()}: too large to start by accident; pass --budgets B1,B2 "
                                     "to shorten it or --mebench-allow-large to run it as selected")
+
+    def cost_lines(self, cells: Sequence[Cell], kept: Mapping[str, Mapping[str, Any]]) -> tuple["Cost", list[str]]:
+        """The estimate of the cells that will run (those not in ``kept``, cell id -> the record
+        ``--resume`` keeps) and its line; when cells are kept, a second line: how many, and per label
+        their measured ``timings_s.total`` against mebench's estimate for them (the estimate's own check)."""
+        from mebench.harness.cost import human, plural
+
+        run = [c for c in cells if c.id not in kept]
+        cost = self.estimate(run)
+        done = [c for c in cells if c.id in kept]
+        if not done:
+            return cost, [cost.line()]
+        parts = []
+        for label in sorted({c.label for c in done}):
+            timed = [(c, _total_seconds(kept[c.id])) for c in done if c.label == label]
+            timed = [(c, t) for c, t in timed if t is not None]
+            if timed:
+                guessed = self.estimate([c for c, _ in timed]).cpu_seconds
+                took = sum(t for _, t in timed)
+                parts.append(f"{label} {human(took)} against ~{human(guessed)} (x{took / max(guessed, 1e-9):.1f}, "
+                             f"{len(timed)} {plural(len(timed), 'cell')})")
+        measured = f"; measured against mebench's estimate: {'; '.join(parts)}" if parts else ""
+        return cost, [cost.line(), f"mebench: {len(done)} of the {len(cells)} selected cells are complete and kept by "
+                                   f"--resume, the estimate above is the {len(run)} that run{measured}"]
 
     def estimate(self, cells: Sequence[Cell]) -> "Cost":
         """``mebench.harness.cost.estimate`` of ``cells`` on this run's xdist workers at its pinned thread count."""
@@ -179,7 +215,10 @@ class BenchSession(RunFolders, JsonReport):
             return  # the workers report the grid's error
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if cells and tr is not None:
-            tr.write_line(self.estimate(cells).line())
+            kept = {c.id: rec for c in cells for rec in [self.complete_record(c)] if rec is not None} \
+                if self.options.resume else {}
+            for line in self.cost_lines(cells, kept)[1]:
+                tr.write_line(line)
             for line in self.resume_lines(cells) if self.options.resume else []:  # the workers print none
                 tr.write_line(line)
 
