@@ -1,14 +1,10 @@
 """Each named CPU variant beside its reference preset: the variant's measured gap (issue 58).
 
-The leaderboard runs an attack's reference preset where a seed fits the CPU and otherwise a named
-variant labelled ``<preset label>_fast``; its attack page must say what the variant gives up. When a
-set holds both labels of a pair in one stratum (dataset, victim, output mode, substitute, track,
-checkpoint), this section shows ``variant − preset`` for agreement and test accuracy at each
-checkpoint, paired by seed with the report's bootstrap interval (the rows of
-:func:`mebench.report.compare.compare_all`, turned to read variant minus preset), the two means,
-the mean wall time of a seed-run of each (``timings_s.total``), the reason the variant exists, and
-whether both ran on one machine. Labels the pooling split suffixed (``maze [torch 2.15.0]``) pair
-with the variant of the same suffix.
+A set holding labels ``X`` and ``X_fast`` in one stratum (dataset, victim, output mode, substitute,
+track, checkpoint) gets ``variant − preset`` for agreement and test accuracy, paired by seed with
+the report's bootstrap interval (the rows of :func:`mebench.report.compare.compare_all`, turned to
+read variant minus preset), the two means, each one's mean seed-run wall time and whether both ran
+on one machine; labels the pooling split suffixed pair with the variant of the same suffix.
 See docs/guide/reports.md.
 """
 
