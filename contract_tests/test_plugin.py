@@ -613,6 +613,14 @@ def test_resume_removes_query_caches_a_killed_run_left(bench: pytest.Pytester) -
     fresh.mkdir()
     bench.runpytest(*args, "--overwrite").assert_outcomes(passed=1)  # without --resume an unmarked cache stays
     assert fresh.exists()
+    # issue 58: under xdist the controller's estimate leaves out the kept cell and checks it, reading its
+    # record without marking anything (the workers decide and mark)
+    kept = bench.path / "cells" / "synth-mlp-random-surrogate-soft_prob-s0" / "result.json"
+    record = kept.read_bytes()
+    parallel = bench.runpytest_subprocess(*args, "--resume", "-n", "2", "-p", "no:benchmark")
+    parallel.stdout.fnmatch_lines(["mebench: 0 grid cells selected*wall on 2 workers*",
+                                   "mebench: 1 of the 1 selected cells are complete and kept by --resume*(x*, 1 cell)"])
+    assert kept.read_bytes() == record
 
 
 KILL_ONE = """

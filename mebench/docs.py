@@ -101,7 +101,7 @@ def code_of(summary: dict) -> str:
 
 
 def victim_of(summary: dict) -> str:
-    """``<victim_id> <sha256[:12]> (test accuracy a[, built with torch t on CPU])``: one victim build and,
+    """``<victim_id> <sha256[:12]> (test accuracy a[; built with torch t, CPU, device])``: one victim build and,
     where its record says, the environment that trained it (``victim.built_with``)."""
     v = summary.get("victim") or {}
     sha = str(v.get("checkpoint_sha256") or v.get("sha256") or "unknown")[:12]

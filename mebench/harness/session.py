@@ -56,7 +56,6 @@ def _total_seconds(record: Mapping[str, Any]) -> Optional[float]:
     return float(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else None
 
 
-
 # --------------------------------------------------------------------------- session
 class BenchSession(RunFolders, JsonReport):
     """Everything the plugin's hooks hand off to; one per pytest run (``config.stash``)."""
@@ -215,7 +214,7 @@ class BenchSession(RunFolders, JsonReport):
             return  # the workers report the grid's error
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if cells and tr is not None:
-            kept = {c.id: rec for c in cells for rec in [self.complete_record(c)] if rec is not None} \
+            kept = {c.id: rec for c in cells for rec in [self.kept_record(c)] if rec is not None} \
                 if self.options.resume else {}
             for line in self.cost_lines(cells, kept)[1]:
                 tr.write_line(line)
@@ -252,6 +251,16 @@ class BenchSession(RunFolders, JsonReport):
 
             artifacts.atomic_write_json(directory / "result.json", slim(rec, directory))
         return {**rec, "resumed": True}
+
+    def kept_record(self, cell: Cell) -> Optional[dict[str, Any]]:
+        """The stored record ``--resume`` would keep for ``cell``, read only: nothing is marked or written
+        (the xdist controller's estimate reads it while the workers decide and mark)."""
+        if not self.resume_verdict(cell).keep:
+            return None
+        from mebench.report.records import full
+
+        directory = self.cells_dir / cell.id
+        return full(read_json(directory / "result.json"), directory)
 
     def resume_verdict(self, cell: Cell) -> "Verdict":
         """Keep a stored cell only when its last run passed, its files are whole and its plan, code

@@ -4,8 +4,9 @@ Writes curves, the leaderboard (Markdown, HTML, CSV, JSON, LaTeX), pairwise comp
 gains over the null controls and the aggregate. Runs that did not complete, and seed folders
 that cannot be read whole (truncated or missing files), are left out and listed with a reason;
 runs against different victim checkpoints under one victim id, and seeds run with different
-thread counts, devices, code, torch builds, CPU models or GPUs, are reported apart; rankings and comparisons use only rows
-over the same budget span; a seed-run found twice among the PATHs is kept once, with a warning.
+thread counts, devices, code, torch builds, CPU models or GPUs, are reported apart; rankings and
+comparisons use only rows over the same budget span; a seed-run found twice among the PATHs is
+kept once, with a warning.
 See docs/guide/reports.md.
 """
 
