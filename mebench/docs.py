@@ -33,6 +33,7 @@ import os
 import re
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -150,10 +151,7 @@ def caption(set_name: str, summaries: list[dict]) -> str:
     several = any(n > 1 for n in by_id.values())
     parts.append(("**Spans several builds of one victim:** " if several else "Victim builds: ")
                  + "; ".join(victims) + ".")
-    machines: dict[str, int] = {}
-    for s in summaries:
-        if s.get("kind") != BENCH_KIND:
-            machines[machine_of(s)] = machines.get(machine_of(s), 0) + 1
+    machines = Counter(machine_of(s) for s in summaries if s.get("kind") != BENCH_KIND)
     if len(machines) > 1:
         runs = [f"{m} ({n} seed-run{'' if n == 1 else 's'})" for m, n in sorted(machines.items())]
         parts.append("**Spans several machines:** " + "; ".join(runs) + ".")

@@ -155,11 +155,11 @@ class BenchSession(RunFolders, JsonReport):
         calibrated on this machine) and, with ``--resume``, what the kept cells took against their own
         estimate; a large selection needs --budgets or --mebench-allow-large."""
 
-        cells = [c for c in map(cell_of, items) if c is not None]
-        if not cells:
+        pairs = [(item, cell) for item, cell in ((i, cell_of(i)) for i in items) if cell is not None]
+        if not pairs:
             return
-        kept = {cell.id: rec for item, cell in ((i, cell_of(i)) for i in items) if cell is not None
-                for key, rec in item.user_properties if key == RECORD_KEY}
+        cells = [cell for _, cell in pairs]
+        kept = {cell.id: rec for item, cell in pairs for key, rec in item.user_properties if key == RECORD_KEY}
         cost, lines = self.cost_lines(cells, kept)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None and not self.is_worker:  # under xdist the workers collect and enforce the guard

@@ -85,11 +85,10 @@ def _per_label(frame: pd.DataFrame) -> tuple[dict[tuple, float], dict[tuple, set
     keys = ["dataset", "victim_id", "substitute_arch", "output_mode", "data_mode", "label"]
     if frame.empty or "wall_s" not in frame.columns:
         return {}, {}
-    per_seed = frame.drop_duplicates([*keys, "seed"])
-    machine_cols = [c for c in _MACHINE if c in per_seed.columns]
-    machines = {key: set(map(tuple, g[machine_cols].to_numpy().tolist()))
-                for key, g in per_seed.groupby(keys, sort=True)}
-    return per_seed.groupby(keys, sort=True)["wall_s"].mean().to_dict(), machines
+    groups = frame.drop_duplicates([*keys, "seed"]).groupby(keys, sort=True)
+    machine_cols = [c for c in _MACHINE if c in frame.columns]
+    machines = {key: set(map(tuple, g[machine_cols].to_numpy().tolist())) for key, g in groups}
+    return groups["wall_s"].mean().to_dict(), machines
 
 
 def _wall(x: float) -> str:
