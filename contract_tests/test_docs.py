@@ -102,7 +102,8 @@ def test_caption_names_identities_and_builds():
     assert "**Spans several builds of one victim:**" in mixed and "eeeeeeeeeeee (test accuracy 0.98)" in mixed
 
 
-# contract (reproducibility): records name the torch build, CPU model and threads, and the caption shows them.
+# contract §10 (reproducibility) and §16 (records): records name the torch build, CPU model and threads,
+# and the caption shows them.
 def test_caption_names_the_machines_the_records_ran_on():
     here = {**_summary("c", "f" * 64, 0.99), "versions": {"torch": "2.14.1"},
             "machine": {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2", "torch_threads": 1, "device": "cpu"}}

@@ -126,8 +126,9 @@ def test_seeds_of_different_code_are_split_and_old_records_fall_back_to_git(tmp_
 
 @pytest.mark.slow
 def test_seeds_of_two_machines_are_split_and_a_record_without_one_splits_nothing(tmp_path):
-    # contract (reproducibility): across machines only distributions compare; a seed-run from another torch
-    # build or CPU is its own row, named by what differs; an older record that names neither pools with either
+    # contract §10 (reproducibility), §16 (reports): across machines only distributions compare; a seed-run
+    # from another torch build or CPU is its own row, named by what differs; an older record that names
+    # neither pools with either
     here = {"versions": {"torch": "2.14.1"}}
     cpu = {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2", "torch_threads": 1, "device": "cpu"}
     write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5, extra={**here, "machine": cpu})

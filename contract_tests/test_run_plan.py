@@ -146,8 +146,9 @@ def test_stale_reason_names_what_differs(make_cfg):
     assert first_difference({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}}) == "a.c: absent -> 2"
 
 
-# contract (reproducibility): a record from another machine is not resumed into this one's rows; a record
-# that does not name its machine (written before it was recorded) is judged on plan, code and threads alone
+# contract §10 (reproducibility), §11 (resumed artifacts): a record from another machine is not resumed
+# into this one's rows; a record that does not name its machine (written before it was recorded) is
+# judged on plan, code and threads alone
 def test_a_record_from_another_torch_build_or_cpu_is_stale(make_cfg):
     from mebench.support.runinfo import cpu_model, library_versions
 

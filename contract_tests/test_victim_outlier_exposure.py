@@ -81,7 +81,8 @@ def test_oe_recipe_writes_its_outlier_set_into_the_metadata(tmp_path, fake_mnist
                           temperature=1.0, oracle_profile="default")
     meta = victim_metadata(cfg, "lenet5", tmp_path / "v.pt")
     assert meta["outlier_exposure"] == side["outlier_exposure"]
-    # issue 58: the build's environment travels into every run's record (the torch build that trained it)
+    # contract §4 (victim policy), issue 58: the build's environment travels into every run's record
+    # (the torch build that trained it)
     assert meta["built_with"] == {"torch": side["versions"]["torch"], "cpu_model": side["machine"]["cpu_model"],
                                   "device": "cpu", "torch_threads": side["machine"]["torch_threads"]}
     (tmp_path / "v.json").write_text(json.dumps({"test_accuracy": 0.9}))  # an older side file: nothing to say
