@@ -58,3 +58,17 @@ def test_machine_info_names_cpu_model_and_capability() -> None:
     assert isinstance(info["cpu_model"], str)
     assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and info["cpu_capability"]
     assert info["device"] == "cpu" and "gpu" not in info
+
+
+# contract §10 / §16: the variables that cap the instruction set of torch's, oneDNN's and MKL's kernels
+# change a result's bytes (one AVX-512 machine trained another MNIST victim build than an AVX2 one,
+# and its own AVX2 build once all three were set), so a record names those that were set.
+def test_machine_info_names_the_instruction_set_variables_that_were_set(monkeypatch) -> None:
+    from mebench.support.runinfo import ISA_VARIABLES, machine_info
+
+    for name in ISA_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert machine_info("cpu")["isa_overrides"] == {}
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "")  # set but empty: no cap
+    assert machine_info("cpu")["isa_overrides"] == {"DNNL_MAX_CPU_ISA": "AVX2"}

@@ -165,6 +165,29 @@ def test_a_record_from_another_torch_build_or_cpu_is_stale(make_cfg):
     assert stale_reason(cpu, plan, "1+src.a", 1) == f"CPU model Another CPU -> {cpu_model()}"
 
 
+# contract §10, §11: the same CPU model with another kernel instruction set (an AVX-512 machine, or the
+# variables that cap it) computes other bytes, so its cells are not resumed as this machine's either
+def test_a_record_with_another_instruction_set_or_its_variables_is_stale(make_cfg, monkeypatch):
+    from mebench.support.runinfo import ISA_VARIABLES, cpu_capability, cpu_model
+
+    for name in ISA_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    plan = resolve(make_cfg())
+    here = {"plan": plan.to_dict(), "plan_hash": plan.hash, "code_identity": "1+src.a",
+            "machine": {"torch_threads": 1, "cpu_model": cpu_model(), "cpu_capability": cpu_capability(),
+                        "isa_overrides": {}}}
+    assert stale_reason(here, plan, "1+src.a", 1) is None
+    other = {**here, "machine": {**here["machine"], "cpu_capability": "AVX9"}}
+    assert stale_reason(other, plan, "1+src.a", 1) == f"instruction set AVX9 -> {cpu_capability()}"
+    capped = {**here, "machine": {**here["machine"], "isa_overrides": {"DNNL_MAX_CPU_ISA": "AVX2"}}}
+    assert stale_reason(capped, plan, "1+src.a", 1) == "instruction-set variables DNNL_MAX_CPU_ISA=AVX2 -> none"
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX2")
+    assert stale_reason(capped, plan, "1+src.a", 1) is None
+    assert stale_reason(here, plan, "1+src.a", 1) == "instruction-set variables none -> DNNL_MAX_CPU_ISA=AVX2"
+    older = {**here, "machine": {"torch_threads": 1, "cpu_model": cpu_model()}}  # named neither: not judged
+    assert stale_reason(older, plan, "1+src.a", 1) is None
+
+
 # issue 35: the cell hash is the plan hash with the code identity and the thread count.
 def test_identity_hash_covers_plan_code_and_threads():
     h = identity_hash("p", "c", 1)

@@ -281,9 +281,10 @@ def stale_reason(stored: Mapping[str, Any], plan: RunPlan, code_identity: str, t
 
     Compared: the plan (the first differing key is named), the code identity, the torch
     thread count (``machine.torch_threads``; ``threads`` ``None`` skips that check), and, where the
-    record names them, the torch build (``versions.torch``) and the CPU model (``machine.cpu_model``):
-    across machines only distributions compare, so a cell from another machine is not resumed into
-    this one's rows (``--keep-stale`` keeps it, marked).
+    record names them, the torch build (``versions.torch``), the CPU model (``machine.cpu_model``), the
+    instruction set of torch's kernels (``machine.cpu_capability``) and the variables that capped it
+    (``machine.isa_overrides``): across machines only distributions compare, so a cell from another
+    machine is not resumed into this one's rows (``--keep-stale`` keeps it, marked).
     """
     if not stored.get("plan_hash"):
         return "it records no plan (written before run plans were recorded)"
@@ -296,14 +297,23 @@ def stale_reason(stored: Mapping[str, Any], plan: RunPlan, code_identity: str, t
     ran = (stored.get("machine") or {}).get("torch_threads")
     if threads is not None and ran != threads:
         why.append(f"torch threads {ran} -> {threads}")
-    from mebench.support.runinfo import cpu_model, library_versions
+    from mebench.support.runinfo import cpu_capability, cpu_model, isa_overrides, library_versions
 
+    machine = stored.get("machine") or {}
     for what, old, new in (("torch build", (stored.get("versions") or {}).get("torch"),
                             library_versions().get("torch")),
-                           ("CPU model", (stored.get("machine") or {}).get("cpu_model"), cpu_model())):
+                           ("CPU model", machine.get("cpu_model"), cpu_model())):
         if old and new and old != new:
             why.append(f"{what} {old} -> {new}")
+    if machine.get("cpu_capability") and machine["cpu_capability"] != cpu_capability():
+        why.append(f"instruction set {machine['cpu_capability']} -> {cpu_capability()}")
+    if "isa_overrides" in machine and dict(machine["isa_overrides"] or {}) != isa_overrides():
+        why.append(f"instruction-set variables {_variables(machine['isa_overrides'])} -> {_variables(isa_overrides())}")
     return "; ".join(why) or None
+
+
+def _variables(values: Optional[Mapping[str, Any]]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted((values or {}).items())) or "none"
 
 
 def first_difference(old: Any, new: Any, path: str = "") -> Optional[str]:

@@ -60,14 +60,36 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+#: Environment variables that cap the instruction set of torch's CPU kernels (ATen), oneDNN's and MKL's.
+#: On one AVX-512 machine the MNIST victim recipe gave another build (another sha256) than on an AVX2
+#: machine; with all three set to AVX2 it gave the AVX2 machine's bytes, with ATEN_CPU_CAPABILITY alone a
+#: third build (docs/guide/victims.md, "The build of a victim").
+ISA_VARIABLES: tuple[str, ...] = ("ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def isa_overrides() -> dict[str, str]:
+    """The :data:`ISA_VARIABLES` set in this process's environment (name → value; empty when none)."""
+    return {name: os.environ[name] for name in ISA_VARIABLES if os.environ.get(name)}
+
+
+def cpu_capability() -> str:
+    """The instruction set torch's CPU kernels use here (``torch.backends.cpu.get_cpu_capability``; it
+    follows ``ATEN_CPU_CAPABILITY``)."""
+    import torch  # here, not at import: the torch-free resume rule calls this only while a run starts
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
 def machine_info(device: str) -> dict[str, Any]:
     """Where a result was computed: platform, CPU model and the instruction set torch's CPU kernels use
-    (``torch.backends.cpu.get_cpu_capability``), threads, device and the GPU's name on CUDA."""
+    (``torch.backends.cpu.get_cpu_capability``) with the variables that capped it (:func:`isa_overrides`),
+    threads, device and the GPU's name on CUDA."""
     import torch  # here, not at import: git_commit/library_versions serve the torch-free report
 
     info: dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(),
                             "hostname": platform.node(), "cpu_count": os.cpu_count(),
-                            "cpu_model": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                            "cpu_model": cpu_model(), "cpu_capability": cpu_capability(),
+                            "isa_overrides": isa_overrides(),
                             "torch_threads": torch.get_num_threads(), "device": device}
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
