@@ -46,6 +46,8 @@ def test_summary_records_metadata_numbers_as_numbers(make_cfg):
     assert {"collect", "track_a", "total"} <= set(s["timings_s"])
     assert s["versions"]["torch"] and "commit" in s["git"] and s["machine"]["device"] == "cpu"
     assert s["attack"]["name"] == "random" and s["attack"]["data_modes"] == ["seed", "surrogate"]
+    assert s["attack_stats"] == {}  # Random's work is fixed by its parameters: nothing to count
+    assert isinstance(s["machine"]["isa_overrides"], dict)
     assert all(isinstance(r["agreement"], float) for r in s["results"])
 
 

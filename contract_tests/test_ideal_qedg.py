@@ -88,6 +88,20 @@ def test_each_pool_image_is_one_query(name):
     assert sorted(models) == [33, 77]
 
 
+# contract §16 (records): a selecting attack's rounds depend on its substitute, not on its parameters,
+# so the run counts them (summary.json attack_stats): every closed round trained on the pool, every
+# generator run, the rounds sent unselected.
+@pytest.mark.parametrize("name", ["ideal", "qedg"])
+def test_rounds_and_generator_runs_are_counted(name):
+    attack = make(name, 77, (33, 77))
+    assert attack.run_stats() == {"rounds": 0, "syntheses": 0, "fallback_rounds": 0}
+    _, _, batches, _ = drive_attack(attack, SpyNet(victim()), SYNTH_SHAPE, SYNTH_CLASSES)
+    stats = attack.run_stats()
+    rounds = {b.meta["round"] for b in batches}
+    assert stats["rounds"] == len(rounds) == max(rounds) + 1 >= -(-77 // attack.hp.batch_size)
+    assert stats["syntheses"] >= stats["rounds"] and stats["fallback_rounds"] <= stats["rounds"]
+
+
 # QEDG reference (utils.py:215-239): only images whose substitute top-1 probability is at most the
 # threshold are sent; with threshold 1 everything is.
 def test_qedg_selects_uncertain_images_only():

@@ -218,6 +218,12 @@ class Attack(ABC):
         """
         return None
 
+    def run_stats(self) -> dict[str, int]:
+        """Counts of the attack's own work that its parameters do not fix (e.g. a selecting attack's
+        rounds), written to ``summary.json`` as ``attack_stats`` so a cost estimate can be checked
+        against what ran. Default: none."""
+        return {}
+
 
 def fresh_substitute(ctx: AttackContext, tag: str) -> nn.Module:
     """A new substitute on ``ctx.device``, initialised from ``(run seed, tag)``, leaving the global

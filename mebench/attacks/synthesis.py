@@ -111,6 +111,7 @@ class SynthesisAttack(Attack):
         self.queue: Optional[torch.Tensor] = None
         self.pending: Optional[QueryBatch] = None
         self.round = 0
+        self.syntheses = 0  # generator runs (a round whose selection came back empty runs it again)
         self.fallback_rounds = 0  # rounds whose selection came back empty too often (sent unselected)
 
     # -- hooks --------------------------------------------------------------------------
@@ -137,6 +138,7 @@ class SynthesisAttack(Attack):
         """One round's batch: ``g_steps`` Adam steps of a re-initialized generator on fixed noise,
         the images of the lowest loss, quantized (no query)."""
         hp = self.hp
+        self.syntheses += 1
         reset_generator(self.generator, self.init_rng)
         self.generator.train()
         opt = torch.optim.Adam(self.generator.parameters(), lr=hp.lr_g, betas=self.GEN_BETAS)
@@ -210,6 +212,11 @@ class SynthesisAttack(Attack):
         self._fit_pool()
         self.queue = None
         self.round += 1
+
+    def run_stats(self) -> dict[str, int]:
+        """Rounds closed (each a training of the substitute on the whole pool), generator runs, and
+        rounds sent unselected: with selection they depend on the substitute, not on the parameters."""
+        return {"rounds": self.round, "syntheses": self.syntheses, "fallback_rounds": self.fallback_rounds}
 
     def pool(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every labelled image and its label, in query order."""

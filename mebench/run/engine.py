@@ -143,7 +143,7 @@ def run_seed(plan: RunPlan, site: RunSite, prep: Prepared, seed_dir: Path, progr
         for p in probes:
             timings.update(p.timings)
         timings["total"] = time.perf_counter() - t_start
-        summary.update(summary_tail(world.oracle, timings, rows))
+        summary.update(summary_tail(world.oracle, timings, rows, world.attack))
         for p in probes:
             merge_section(summary, p.summary(world))
         try:

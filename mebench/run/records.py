@@ -33,11 +33,14 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def summary_tail(oracle: Oracle, timings: dict[str, float], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the loop itself measured: queries, timings and the metrics rows."""
+def summary_tail(oracle: Oracle, timings: dict[str, float], rows: list[dict[str, Any]],
+                 attack: Any = None) -> dict[str, Any]:
+    """What the loop itself measured: queries, timings, the attack's own counts (``Attack.run_stats``;
+    ``{}`` when the attack was never built) and the metrics rows."""
     collect_s = timings.get("collect") or 0.0
     return {"queries_used": oracle.queries_used, "budget": oracle.budget,
             "timings_s": timings, "queries_per_second": (oracle.queries_used / collect_s) if collect_s else None,
+            "attack_stats": attack.run_stats() if attack is not None else {},
             "results": rows}
 
 
