@@ -115,15 +115,20 @@ def victim_of(summary: dict) -> str:
 
 
 def machine_of(summary: dict) -> str:
-    """``torch <build>, <CPU model (instruction set)>, <device[ GPU]>, <n> thread(s)``: where a record ran
-    (:func:`mebench.report.load.environment_of`); an older record's missing CPU model is said so."""
+    """``torch <build>, <CPU model (instruction set)>[ capped by VAR=value ...], <device[ GPU]>, <n> thread(s)``:
+    where a record ran (:func:`mebench.report.load.environment_of`, and the variables that capped the
+    kernels' instruction set, ``machine.isa_overrides``); an older record's missing CPU model is said so."""
     from mebench.report.load import environment_of
 
     env = environment_of(summary)
     machine = summary.get("machine") or {}
     threads = machine.get("torch_threads")
     device = " ".join(p for p in (str(machine.get("device") or "device ?"), env["gpu"]) if p)
-    return ", ".join([f"torch {env['torch_build'] or '?'}", env["cpu_model"] or "CPU model not recorded", device,
+    cpu = env["cpu_model"] or "CPU model not recorded"
+    caps = machine.get("isa_overrides") or {}
+    if caps:
+        cpu += " capped by " + " ".join(f"{k}={v}" for k, v in sorted(caps.items()))
+    return ", ".join([f"torch {env['torch_build'] or '?'}", cpu, device,
                       f"{threads if threads is not None else '?'} thread{'' if threads == 1 else 's'}"])
 
 
