@@ -34,13 +34,11 @@ def environment(**extra: str) -> dict[str, Any]:
     victim checkpoint's digest for the real-data pins)."""
     import torch
 
-    from mebench.support.runinfo import isa_overrides
+    from mebench.support.runinfo import isa_overrides, overrides_text
 
-    overrides = isa_overrides()  # named only where set: entries recorded without them still match
+    caps = overrides_text(isa_overrides())  # named only where set: entries recorded without them still match
     return {"torch": torch.__version__, "device": "cpu", "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "machine": platform.machine(), "torch_threads": 1,
-            **({"isa_overrides": " ".join(f"{k}={v}" for k, v in sorted(overrides.items()))} if overrides else {}),
-            **extra}
+            "machine": platform.machine(), "torch_threads": 1, **({"isa_overrides": caps} if caps else {}), **extra}
 
 
 def describe(env: dict[str, Any]) -> str:

@@ -119,15 +119,14 @@ def machine_of(summary: dict) -> str:
     where a record ran (:func:`mebench.report.load.environment_of`, and the variables that capped the
     kernels' instruction set, ``machine.isa_overrides``); an older record's missing CPU model is said so."""
     from mebench.report.load import environment_of
+    from mebench.support.runinfo import overrides_text
 
     env = environment_of(summary)
     machine = summary.get("machine") or {}
     threads = machine.get("torch_threads")
     device = " ".join(p for p in (str(machine.get("device") or "device ?"), env["gpu"]) if p)
-    cpu = env["cpu_model"] or "CPU model not recorded"
-    caps = machine.get("isa_overrides") or {}
-    if caps:
-        cpu += " capped by " + " ".join(f"{k}={v}" for k, v in sorted(caps.items()))
+    caps = overrides_text(machine.get("isa_overrides"))
+    cpu = (env["cpu_model"] or "CPU model not recorded") + (f" capped by {caps}" if caps else "")
     return ", ".join([f"torch {env['torch_build'] or '?'}", cpu, device,
                       f"{threads if threads is not None else '?'} thread{'' if threads == 1 else 's'}"])
 

@@ -297,7 +297,7 @@ def stale_reason(stored: Mapping[str, Any], plan: RunPlan, code_identity: str, t
     ran = (stored.get("machine") or {}).get("torch_threads")
     if threads is not None and ran != threads:
         why.append(f"torch threads {ran} -> {threads}")
-    from mebench.support.runinfo import cpu_capability, cpu_model, isa_overrides, library_versions
+    from mebench.support.runinfo import cpu_capability, cpu_model, isa_overrides, library_versions, overrides_text
 
     machine = stored.get("machine") or {}
     for what, old, new in (("torch build", (stored.get("versions") or {}).get("torch"),
@@ -308,12 +308,9 @@ def stale_reason(stored: Mapping[str, Any], plan: RunPlan, code_identity: str, t
     if machine.get("cpu_capability") and machine["cpu_capability"] != cpu_capability():
         why.append(f"instruction set {machine['cpu_capability']} -> {cpu_capability()}")
     if "isa_overrides" in machine and dict(machine["isa_overrides"] or {}) != isa_overrides():
-        why.append(f"instruction-set variables {_variables(machine['isa_overrides'])} -> {_variables(isa_overrides())}")
+        why.append(f"instruction-set variables {overrides_text(machine['isa_overrides']) or 'none'} -> "
+                   f"{overrides_text(isa_overrides()) or 'none'}")
     return "; ".join(why) or None
-
-
-def _variables(values: Optional[Mapping[str, Any]]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted((values or {}).items())) or "none"
 
 
 def first_difference(old: Any, new: Any, path: str = "") -> Optional[str]:

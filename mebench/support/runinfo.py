@@ -9,7 +9,7 @@ import sys
 from functools import lru_cache
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Optional
 
 
 @lru_cache(maxsize=1)
@@ -70,6 +70,12 @@ ISA_VARIABLES: tuple[str, ...] = ("ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA", "MK
 def isa_overrides() -> dict[str, str]:
     """The :data:`ISA_VARIABLES` set in this process's environment (name → value; empty when none)."""
     return {name: os.environ[name] for name in ISA_VARIABLES if os.environ.get(name)}
+
+
+def overrides_text(values: Optional[Mapping[str, Any]]) -> str:
+    """``ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2`` (sorted): :func:`isa_overrides` as records and
+    pins name them in a line; ``""`` for none."""
+    return " ".join(f"{k}={v}" for k, v in sorted((values or {}).items()))
 
 
 def cpu_capability() -> str:
