@@ -276,3 +276,19 @@ def test_the_estimate_names_no_defense():
     for name in DEFENSES.names():
         if name != "none":
             assert f'"{name}"' not in source and f"'{name}'" not in source, name
+
+
+def test_qedg_cost_counts_the_rounds_selection_takes() -> None:
+    # selection sends SELECTED_SHARE of each round's batch: 10,000 queries at batch 256 send 46 a round,
+    # 218 rounds (a record took 212), not the 40 of sending every image
+    from mebench.attacks import ATTACKS
+    from mebench.attacks.qedg import SELECTED_SHARE
+
+    Qedg = ATTACKS.get("qedg")
+    p = Qedg.Params(generator_width=16, g_steps=20, final_epochs=5)
+    sent = round(256 * SELECTED_SHARE)
+    rounds = -(-10_000 // sent)
+    assert (sent, rounds) == (46, 218)
+    c = Qedg.training_cost(p, (1000, 10_000), 10_000)
+    assert c.generator_examples == pytest.approx(rounds * 20 * 256 * (16 / 64) ** 2 * 2)
+    assert c.substitute_examples == rounds * 20 * 256 + 20 * sent * rounds * (rounds + 1) // 2 + 5 * 20 * 11_000
