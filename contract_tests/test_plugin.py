@@ -9,6 +9,7 @@ xdist workers included, through the config's ``register`` key).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -319,7 +320,11 @@ def test_a_collapsed_cell_warns_and_records_the_flag(bench: pytest.Pytester) -> 
     (bench.path / "benchmarks" / "test_collapsing.py").write_text(COLLAPSING)
     result = bench.runpytest("benchmarks/test_collapsing.py", "-k", "random and surrogate and soft_prob and s0",
                              "--mebench-json", "collapsing.json")
-    result.assert_outcomes(passed=1, warnings=2)
+    result.assert_outcomes(passed=1)
+    # one health warning per checkpoint (B=100, B=300); counted by category, since how pytest itself was
+    # started (`pytest` or `python -m pytest`) can add its own warnings to the summary
+    health = [line for line in result.stdout.lines if re.search(r"TrainingHealthWarning: \S+: Track A B=\d+ collapsed", line)]
+    assert len(health) == 2, result.stdout.str()
     result.stdout.fnmatch_lines(["*TrainingHealthWarning: synth-mlp-random-surrogate-soft_prob-s0: Track A B=100 collapsed*"])
     cell = cells_by_id(bench.path / "collapsing.json")["synth-mlp-random-surrogate-soft_prob-s0"]
     assert cell["status"] == "passed"
