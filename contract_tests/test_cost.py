@@ -292,3 +292,24 @@ def test_qedg_cost_counts_the_rounds_selection_takes() -> None:
     c = Qedg.training_cost(p, (1000, 10_000), 10_000)
     assert c.generator_examples == pytest.approx(rounds * 20 * 256 * (16 / 64) ** 2 * 2)
     assert c.substitute_examples == rounds * 20 * 256 + 20 * sent * rounds * (rounds + 1) // 2 + 5 * 20 * 11_000
+
+
+def test_activethief_cost_counts_its_selection_passes() -> None:
+    # budget 1,000 in one segment: 100 seed, 200 validation, 5 rounds of 140; candidate_factor 10 scores
+    # 1,400 pool images a round. k-center and uncertainty pass each forward once; DFAL adds 20 DeepFool
+    # steps of one forward and 9 rival gradients. A DFAL cell took 13x a k-center cell's wall on one
+    # thread (1,558 s against about 120 s) while the estimate, which counted no DeepFool, gave them alike.
+    from mebench.attacks import ATTACKS
+    from mebench.attacks.activethief import DEEPFOOL_FORWARDS_PER_RIVAL
+
+    At = ATTACKS.get("activethief")
+    base = dict(rounds=5, max_steps=400, patience=20, candidate_factor=10)
+    random, kcenter, dfal = (At.training_cost(At.Params(strategy=s, **base), (1000,), 1000)
+                             for s in ("random", "k_center", "dfal"))
+    assert random.forward_examples == 0
+    assert kcenter.forward_examples == 5 * 1400
+    assert dfal.forward_examples == pytest.approx(5 * 1400 * (1 + 20 * (1 + DEEPFOOL_FORWARDS_PER_RIVAL * 9)))
+    assert random.substitute_examples == kcenter.substitute_examples == dfal.substitute_examples
+    # with no candidate factor, the whole pool (60,000 less what was bought) is scored each round
+    whole = At.training_cost(At.Params(strategy="uncertainty", rounds=5, patience=20), (1000,), 1000)
+    assert whole.forward_examples == sum(60_000 - (300 + 140 * i) for i in range(5))

@@ -33,6 +33,15 @@ STRATEGIES = ("random", "uncertainty", "k_center", "dfal", "dfal_k_center")
 # Fields that choose *what* to run, not how the authors ran it: no reference value.
 NOT_PROCEDURE = ("strategy", "schedule", "chunk_size")
 SCHEDULES = ("per_checkpoint", "max_budget")
+# The cost estimate only (:meth:`ActiveThief.training_cost`): a DeepFool step costs one forward and,
+# per rival class, an input gradient of about 1.5 forwards of the calibration probe's (batch 256): a
+# DFAL cell of configs/benchmarks/activethief/mnist.yaml (79,000 candidates x 20 steps, 10 classes)
+# took 1,558 s on one thread where its k-center cell took about 120 s, 0.92 ms a candidate and step
+# against a 0.066 ms forward. A pool of 60,000 images (the MNIST and FashionMNIST train splits) where
+# ``candidate_factor`` is null; 10 classes where ``dfal_classes`` is.
+DEEPFOOL_FORWARDS_PER_RIVAL = 1.5
+POOL_FOR_ESTIMATE = 60_000
+CLASSES_FOR_ESTIMATE = 10
 RANDOM_KINDS = ("seed", "val")
 
 
@@ -199,12 +208,28 @@ class ActiveThief(Attack):
     # -- parameters -------------------------------------------------------------------
     @classmethod
     def training_cost(cls, params: ActiveThiefParams, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
-        """A lower bound: ``rounds`` models per checkpoint, each at least ``patience`` epochs over
-        a labelled set of about half the checkpoint (capped by ``max_steps`` batches)."""
+        """A lower bound on training: ``rounds`` models per checkpoint, each at least ``patience`` epochs
+        over a labelled set of about half the checkpoint (capped by ``max_steps`` batches); and the
+        selection's passes over each active round's candidates (``candidate_factor`` x the round's size;
+        with none, a pool of :data:`POOL_FOR_ESTIMATE` images less those used): one forward to score
+        them and, for the DFAL strategies, ``dfal_max_iter`` DeepFool steps of one forward and one input
+        gradient per rival class (:data:`DEEPFOOL_FORWARDS_PER_RIVAL` forwards each, measured), all
+        steps counted also with ``dfal_early_stop``."""
         def per_model(b: int) -> int:
             floor = params.patience * b // 2
             return floor if params.max_steps is None else min(floor, params.max_steps * params.batch_size)
-        return TrainingCost(sum(params.rounds * per_model(b) for b in checkpoints))
+        forwards = 0.0
+        if params.strategy != "random":
+            classes = params.dfal_classes or CLASSES_FOR_ESTIMATE
+            deepfool = params.dfal_max_iter * (1 + DEEPFOOL_FORWARDS_PER_RIVAL * (classes - 1))
+            for ph in plan_schedule(params, max_budget, checkpoints):
+                if ph.kind != "active":
+                    continue
+                k = ph.stop - ph.start
+                unused = max(POOL_FOR_ESTIMATE - ph.start, k)
+                cand = unused if params.candidate_factor is None else min(math.ceil(params.candidate_factor * k), unused)
+                forwards += cand * (1 + (deepfool if params.strategy in ("dfal", "dfal_k_center") else 0))
+        return TrainingCost(sum(params.rounds * per_model(b) for b in checkpoints), forward_examples=forwards)
 
     @classmethod
     def check_params(cls, params: ActiveThiefParams, max_budget: int, checkpoints: tuple[int, ...]) -> None:
