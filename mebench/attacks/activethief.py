@@ -218,17 +218,17 @@ class ActiveThief(Attack):
         def per_model(b: int) -> int:
             floor = params.patience * b // 2
             return floor if params.max_steps is None else min(floor, params.max_steps * params.batch_size)
+        per_candidate = 0.0 if params.strategy == "random" else 1.0
+        if params.strategy in ("dfal", "dfal_k_center"):
+            rivals = (params.dfal_classes or CLASSES_FOR_ESTIMATE) - 1
+            per_candidate += params.dfal_max_iter * (1 + DEEPFOOL_FORWARDS_PER_RIVAL * rivals)
         forwards = 0.0
-        if params.strategy != "random":
-            classes = params.dfal_classes or CLASSES_FOR_ESTIMATE
-            deepfool = params.dfal_max_iter * (1 + DEEPFOOL_FORWARDS_PER_RIVAL * (classes - 1))
-            for ph in plan_schedule(params, max_budget, checkpoints):
-                if ph.kind != "active":
-                    continue
+        for ph in plan_schedule(params, max_budget, checkpoints) if per_candidate else ():
+            if ph.kind == "active":
                 k = ph.stop - ph.start
                 unused = max(POOL_FOR_ESTIMATE - ph.start, k)
-                cand = unused if params.candidate_factor is None else min(math.ceil(params.candidate_factor * k), unused)
-                forwards += cand * (1 + (deepfool if params.strategy in ("dfal", "dfal_k_center") else 0))
+                f = params.candidate_factor
+                forwards += per_candidate * (unused if f is None else min(math.ceil(f * k), unused))
         return TrainingCost(sum(params.rounds * per_model(b) for b in checkpoints), forward_examples=forwards)
 
     @classmethod
