@@ -83,7 +83,8 @@ def _control_and_attack(seeds_ctl: Sequence[int], seeds_att: Sequence[int],
 
 
 def test_gain_is_the_paired_difference_with_a_bracketing_ci():
-    # contract 10: gain = mean over seeds of value(attack) - value(control), 95% bootstrap CI
+    # contract 10: gain = mean over seeds of value(attack) - value(control), 95% CI (6 seeds:
+    # the percentile bootstrap)
     gains = gain_table(_control_and_attack(range(6), range(6)), n_bootstrap=N_BOOT)
     row = _gain(gains, "activethief-kcenter", "random")
     deltas = np.array([DELTA[s] for s in range(6)])
@@ -415,9 +416,10 @@ def test_the_reproduction_table_decides_each_gap_from_the_records():
     recs += [summary("lone", s, 0.60) for s in range(3)] + [summary("lone_ref", s, 0.62) for s in range(2)]
     recs += [summary("few", 0, 0.70), summary("few", 1, 0.10, status="failed"), summary("few", 2, 0.10, budget=10_000)]
     text = reproduction_markdown(recs, paper, quirks)
-    assert "| MNIST | `near` | 90.0 | 91.1 ± 0.1 (n=3) | [91.0, 91.2] | +1.1 |" in text
+    # 3 seeds: the t interval, mean ± t(0.975, 2) · s / sqrt(3) = 91.1 ± 0.25
+    assert "| MNIST | `near` | 90.0 | 91.1 ± 0.1 (n=3) | [90.9, 91.3] | +1.1 |" in text
     assert "| MNIST | `far_ref` (of `far`) | the reference's step | 83.0 ± 1.0 (n=3) |" in text
-    assert "| -7.0 [-8.0, -6.0] | +3.0 |" in text  # paired shift from its base row, gap to the paper
+    assert "| -7.0 [-9.5, -4.5] | +3.0 |" in text  # paired shift from its base row (-7 ± 2.48), gap to the paper
     assert "- MNIST `near`: within 5 points of the paper (91.1 vs 90.0)." in text
     assert "- MNIST `far`: +10.0 points from the paper, explained by `far_ref` (the reference's step: 83.0)" in text
     assert "- MNIST `lone`: +10.0 points from the paper, **open** (its quirk rows `lone_ref` are not complete yet)." in text

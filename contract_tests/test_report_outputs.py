@@ -25,7 +25,7 @@ from mebench.report.aggregate import aggregate, aggregate_csv_frame, drop_reruns
 from mebench.report.cli import report_main
 from mebench.report.load import CSV_COLUMNS
 from mebench.report.plots import colour_map, plot_curves
-from mebench.report.stats import cohens_d, paired_bootstrap_ci
+from mebench.report.stats import cohens_d, paired_t_ci
 
 BUDGETS = (1000, 10_000, 100_000)
 VICTIM_ACC = 0.9912
@@ -216,10 +216,11 @@ def test_comparisons_are_paired_by_seed(report):
     assert row["n_pairs"] == 2 and str(row["seeds"]) == "0;1"
     assert row["mean_diff"] == pytest.approx(np.mean(b_p - a_p), rel=1e-12)
     assert abs(row["mean_diff"] - (b.mean() - a.mean())) > 1e-4  # unpaired would differ
-    ci = paired_bootstrap_ci(a_p, b_p, n_bootstrap=N_BOOT)
+    ci = paired_t_ci(a_p, b_p)  # two pairs: the t interval, not the bootstrap
     assert (row["ci_lower"], row["ci_upper"]) == pytest.approx((ci.ci_lower, ci.ci_upper))
+    assert row["ci_method"] == "t"
     assert row["cohens_d"] == pytest.approx(cohens_d(a_p, b_p))
-    assert isinstance(row["warning"], str) and "descriptive" in row["warning"]
+    assert isinstance(row["warning"], str) and "Student t" in row["warning"]
     assert not (comps["output_mode"] == "hard_top1").any()  # one attack: nothing to pair
 
 
@@ -250,7 +251,7 @@ def test_comparisons_json_keeps_numbers(report):
     doc = json.loads(files["comparisons_json"].read_text())
     rows = doc["rows"]
     assert len(rows) == len(_read(files, "comparisons_csv"))
-    assert doc["definitions"]["min_seeds_for_ci"] == 5
+    assert doc["definitions"]["min_seeds_for_bootstrap"] == 5
     assert all(isinstance(r["mean_diff"], float) and isinstance(r["n_pairs"], int) for r in rows)
     auc_rows = [r for r in rows if r["metric"] == "agreement_auc"]
     assert auc_rows and all(r["checkpoint_B"] is None for r in auc_rows)

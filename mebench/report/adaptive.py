@@ -32,7 +32,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from mebench.report.document import Block, budget_label, fmt_gain, fmt_mean_std, table
-from mebench.report.stats import MIN_SEEDS_FOR_INTERVAL, N_BOOTSTRAP, paired_bootstrap_ci
+from mebench.report.stats import CI_TEXT, MIN_SEEDS_FOR_INTERVAL, N_BOOTSTRAP, paired_ci
 
 KEYS = ("dataset", "output_mode", "substitute_arch", "base_victim", "base_label", "data_mode", "track", "checkpoint_B")
 UTILITY = ("defense_test_accuracy", "defense_perturbation", "defense_stream_l1", "defense_stream_label_change")
@@ -82,7 +82,8 @@ def _row(key: dict, defense: str, base: pd.Series, by: dict, g: pd.DataFrame, n_
 
 
 def _paired(name: str, a: Optional[pd.Series], b: Optional[pd.Series], n_bootstrap: int) -> dict[str, Any]:
-    """mean(b - a) over the seeds both have, with a 95 % bootstrap CI (none below 2 seeds)."""
+    """mean(b - a) over the seeds both have, with the report's 95 % interval (:func:`paired_ci`;
+    none below 2 seeds)."""
     empty = {f"{name}_mean": None, f"{name}_ci_low": None, f"{name}_ci_high": None, f"{name}_n": 0}
     if a is None or b is None:
         return empty
@@ -91,7 +92,7 @@ def _paired(name: str, a: Optional[pd.Series], b: Optional[pd.Series], n_bootstr
         return empty
     if len(pair) < MIN_SEEDS_FOR_INTERVAL:
         return {**empty, f"{name}_mean": float((pair["b"] - pair["a"]).mean()), f"{name}_n": len(pair)}
-    ci = paired_bootstrap_ci(pair["a"].to_numpy(), pair["b"].to_numpy(), n_bootstrap=n_bootstrap)
+    ci = paired_ci(pair["a"].to_numpy(), pair["b"].to_numpy(), n_bootstrap=n_bootstrap)
     return {f"{name}_mean": ci.mean_diff, f"{name}_ci_low": ci.ci_lower, f"{name}_ci_high": ci.ci_upper,
             f"{name}_n": ci.n}
 
@@ -145,8 +146,8 @@ def adaptive_blocks(matrix: pd.DataFrame) -> list[Block]:
     blocks = [Block("h1", "mebench defenses against adaptive attackers"), Block("p", (
         "Agreement with the undefended victim (mean ± std over seeds): without the defense, behind it "
         "against the naive attacker, and behind it against the best adaptive attacker (the strategy "
-        "with the highest mean; in brackets the change against no defense, paired by seed, mean [95% "
-        "bootstrap CI]). 'recovered': adaptive minus naive, paired. Utility: defended test accuracy, "
+        "with the highest mean; in brackets the change against no defense, paired by seed, mean ["
+        f"{CI_TEXT}]). 'recovered': adaptive minus naive, paired. Utility: defended test accuracy, "
         "mean |Δp| per class on the test split, and on the attacker's own stream the mean L1 "
         "|Δp| and the share of answers whose top-1 changed. ⚠ vanishes: the naive drop is significant "
         "and the adaptive one is not; ⚠ mostly recovered: the adaptive attacker wins back at least "

@@ -35,7 +35,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
                              "to a JSON report; the first PATH)")
     parser.add_argument("--n-bootstrap", type=int, default=N_BOOTSTRAP, metavar="N",
                         help=f"bootstrap resamples per pairwise comparison and per gain over "
-                             f"a null control (default {N_BOOTSTRAP})")
+                             f"a null control, where 5 or more seeds pair (below, the interval is "
+                             f"Student t; default {N_BOOTSTRAP})")
     parser.add_argument("--also-against", action="append", default=[], metavar="CONTROL",
                         help="also pair every attack with this null control (an attack name, e.g. "
                              "untrained_generator) whatever the attack's data mode; repeatable. "

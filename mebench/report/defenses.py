@@ -14,14 +14,14 @@ from __future__ import annotations
 import pandas as pd
 
 from mebench.report.document import Block, budget_label, fmt_gain, fmt_mean_std, table
-from mebench.report.stats import MIN_SEEDS_FOR_INTERVAL, N_BOOTSTRAP, paired_bootstrap_ci
+from mebench.report.stats import CI_TEXT, MIN_SEEDS_FOR_INTERVAL, N_BOOTSTRAP, paired_ci
 
 KEYS = ("dataset", "output_mode", "substitute_arch", "base_victim", "label", "data_mode", "track", "checkpoint_B")
 
 
 def defense_matrix(frame: pd.DataFrame, n_bootstrap: int = N_BOOTSTRAP) -> pd.DataFrame:
     """Long table: agreement mean ± std over seeds per attack, defense, track and checkpoint, the
-    change against ``none`` paired by seed with a bootstrap CI (``drop_*``), and the defense's
+    change against ``none`` paired by seed with the report's interval (``drop_*``), and the defense's
     utility cost (mean over the runs that recorded it). Empty without defended runs."""
     if "defense" not in frame or (frame["defense"].replace("", "none") == "none").all():
         return pd.DataFrame()
@@ -39,7 +39,8 @@ def defense_matrix(frame: pd.DataFrame, n_bootstrap: int = N_BOOTSTRAP) -> pd.Da
 
 
 def _drop(f: pd.DataFrame, row: pd.Series, n_bootstrap: int) -> dict:
-    """Agreement behind the defense minus agreement without it, paired by seed (95 % bootstrap CI;
+    """Agreement behind the defense minus agreement without it, paired by seed (the report's 95 %
+    interval, :func:`paired_ci`;
     no interval below 2 paired seeds)."""
     empty = {"drop_mean": None, "drop_ci_low": None, "drop_ci_high": None, "drop_n": 0}
     if row["defense"] == "none":
@@ -56,7 +57,7 @@ def _drop(f: pd.DataFrame, row: pd.Series, n_bootstrap: int) -> dict:
     if len(pair) < MIN_SEEDS_FOR_INTERVAL:
         diff = float((pair["defended"] - pair["none"]).mean())
         return {**empty, "drop_mean": diff, "drop_n": len(pair)}
-    ci = paired_bootstrap_ci(pair["none"].to_numpy(), pair["defended"].to_numpy(), n_bootstrap=n_bootstrap)
+    ci = paired_ci(pair["none"].to_numpy(), pair["defended"].to_numpy(), n_bootstrap=n_bootstrap)
     return {"drop_mean": ci.mean_diff, "drop_ci_low": ci.ci_lower, "drop_ci_high": ci.ci_upper, "drop_n": ci.n}
 
 
@@ -80,8 +81,8 @@ def defense_blocks(matrix: pd.DataFrame) -> list[Block]:
     """One table per (dataset, output mode, track): rows attack, columns defense, cells agreement at each budget."""
     blocks = [Block("h1", "mebench attack × defense matrix"), Block("p", (
         "Agreement with the undefended victim (mean ± std over seeds) at each budget, for every attack "
-        "behind every defense; in brackets the change against no defense, paired by seed (mean [95% "
-        "bootstrap CI]; n<2: no interval). Column headers give the defense's cost to honest users on "
+        "behind every defense; in brackets the change against no defense, paired by seed (mean ["
+        f"{CI_TEXT}]; n<2: no interval). Column headers give the defense's cost to honest users on "
         "the test split: defended test accuracy and mean |defended − undefended probability|."))]
     for (dataset, mode, track), m in matrix.groupby(["dataset", "output_mode", "track"], sort=True):
         defenses = sorted(m["defense"].unique(), key=lambda d: (d != "none", d))

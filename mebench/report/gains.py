@@ -17,7 +17,7 @@ rules are below); ``also_against`` adds a control of another data mode. For ``kl
 #
 # * ``gain = value(attack) − value(control)``, paired by seed: only seeds run by
 #   both sides count, a seed missing on either side is dropped, never imputed;
-# * the percentile bootstrap CI and Cohen's d of
+# * the paired interval (Student t below 5 seeds, percentile bootstrap from 5) and Cohen's d of
 #   :func:`mebench.report.stats.compare_groups`, and ``n_seeds``; with fewer than
 #   2 paired seeds there is no interval and no CI claim (``n<2``);
 # * controls have no attacker loop and report Track A only, so an attack's Track A
@@ -49,8 +49,8 @@ from mebench.report.aggregate import (CONDITION_KEYS, HIGHER_IS_BETTER, METRIC_N
 from mebench.report.document import Block, budget_label, fmt_signed, table
 from mebench.report.leaderboard import log_budget_auc
 from mebench.report.load import METRIC_COLUMNS, UNRECORDED
-from mebench.report.stats import (CI_LEVEL, MIN_SEEDS_FOR_CI, MIN_SEEDS_FOR_INTERVAL,
-                                  N_BOOTSTRAP, compare_groups, definitions)
+from mebench.report.stats import (CI_LEVEL, CI_TEXT, MIN_SEEDS_FOR_BOOTSTRAP,
+                                  MIN_SEEDS_FOR_INTERVAL, N_BOOTSTRAP, compare_groups, definitions)
 
 KNOWN_CONTROLS: Mapping[str, frozenset[str]] = {
     "random": frozenset({"seed", "surrogate"}),
@@ -284,9 +284,9 @@ GAIN_TEXT = (
     f"missing on either side is dropped). Each attack is compared with every null control of "
     f"its data mode (controls are recognised by attack name); the control's Track "
     f"{CONTROL_TRACK} is the reference for both the attack's Track A and Track B. CI: "
-    f"{CI_LEVEL:.0%} percentile paired bootstrap of the mean gain; n<{MIN_SEEDS_FOR_INTERVAL}: "
-    f"a single paired seed, no interval and no CI claim. ⚠: fewer than {MIN_SEEDS_FOR_CI} "
-    f"paired seeds, the interval is descriptive only. The whole-curve agreement AUC gain "
+    f"{CI_TEXT}, of the mean gain; n<{MIN_SEEDS_FOR_INTERVAL}: "
+    f"a single paired seed, no interval and no CI claim. ⚠: fewer than {MIN_SEEDS_FOR_BOOTSTRAP} "
+    f"paired seeds, a t interval (it assumes normal seed differences). The whole-curve agreement AUC gain "
     f"integrates both sides over the "
     f"same checkpoints. For kl_mean and l1_mean lower is better, so a negative gain is an "
     f"improvement."
@@ -302,7 +302,7 @@ def _gain_cells(r: pd.Series) -> list[str]:
     ci = (f"n<{MIN_SEEDS_FOR_INTERVAL}" if few
           else f"[{fmt_signed(r['ci_low'])}, {fmt_signed(r['ci_high'])}]")
     claim = f"n<{MIN_SEEDS_FOR_INTERVAL}" if few else ("yes" if r["ci_excludes_zero"] else "no")
-    few_for_ci = not few and r["n_seeds"] < MIN_SEEDS_FOR_CI
+    few_for_ci = not few and r["n_seeds"] < MIN_SEEDS_FOR_BOOTSTRAP
     other_mode = "" if r["control_data_mode"] == r["data_mode"] else f", {r['control_data_mode']}"
     return [str(r["label"]), str(r["track"]),
             f"{r['control_label']} ({r['control_track']}{other_mode})",

@@ -35,6 +35,7 @@ from mebench.report.aggregate import CONDITION_KEYS, METRIC_NOTES, metric_headin
 from mebench.report.document import Block, budget_label, fmt_gain, fmt_mean_std, table
 from mebench.report.identity import stale_blocks
 from mebench.report.load import METRIC_COLUMNS
+from mebench.report.stats import CI_TEXT
 from mebench.support.progress import duration
 
 TRACK_TITLES = {"A": "Track A (SFP: standard from-scratch protocol, primary)",
@@ -320,7 +321,7 @@ DEFINITION_TEXT = (
     "lower is better. Track A (SFP) is the primary, comparable measure of query quality; "
     "Track B (AOP) is the attack's own loop (secondary). Gain over control = attack − null "
     "control of the same data mode (random for seed/surrogate; untrained_generator and "
-    "smooth_noise for data_free), paired by seed, with a 95% percentile bootstrap CI; "
+    "smooth_noise for data_free), paired by seed, with a " + CI_TEXT + "; "
     "both tracks of an attack are compared with the control's Track A; n<2: no interval. "
     + METRIC_NOTES["l1_mean"] + "."
 )

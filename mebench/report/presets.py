@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mebench.report.document import Block, budget_label, fmt_value, table
-from mebench.report.stats import CI_LEVEL, MIN_SEEDS_FOR_INTERVAL
+from mebench.report.stats import CI_LEVEL, CI_TEXT, MIN_SEEDS_FOR_INTERVAL
 from mebench.support.progress import duration
 
 VARIANT_SUFFIX = "_fast"
@@ -99,8 +99,8 @@ def preset_blocks(gaps: pd.DataFrame) -> list[Block]:
     """The page: one section per variant (its heading names variant and preset, so an attack's page
     can embed its own), a row per dataset, output mode, track, metric and checkpoint."""
     blocks = [Block("h1", "mebench: named CPU variants against their presets"), Block("p", (
-        f"Gap = variant − preset over the seeds both ran (paired by seed); {CI_LEVEL:.0%} percentile paired "
-        f"bootstrap interval, none below {MIN_SEEDS_FOR_INTERVAL} pairs. Wall: the mean seed-run time "
+        f"Gap = variant − preset over the seeds both ran (paired by seed); {CI_TEXT}, none below "
+        f"{MIN_SEEDS_FOR_INTERVAL} pairs. Wall: the mean seed-run time "
         "(timings_s.total) of each. One machine: whether both ran on one torch build, CPU model, device and "
         "GPU as their records name them; where not, gap and wall times compare two machines."))]
     heads = ["dataset", "victim", "substitute", "output mode", "data mode", "track", "metric", "budget", "n",

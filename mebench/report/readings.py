@@ -3,7 +3,8 @@
 A leaderboard page needs a few words beside its tables: which attacks beat their null control, which
 tie it, which fall below it, and which of them measure a failed training rather than their queries.
 Typed by hand, such words go stale as soon as a record is added; here they are drawn from the gain
-table (:mod:`mebench.report.gains`, Track A agreement AUC, paired by seed, 95 % bootstrap interval)
+table (:mod:`mebench.report.gains`, Track A agreement AUC, paired by seed, 95 % interval: Student t below
+5 seeds)
 and the training-health records (:mod:`mebench.report.health`), one paragraph per dataset and output
 mode. See docs/guide/reports.md.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mebench.report.document import Block, budget_label
+from mebench.report.stats import CI_TEXT
 from mebench.training import health
 
 VERDICTS = ("above", "same queries", "level", "below", "few seeds")
@@ -98,7 +100,7 @@ def readings_blocks(gains: pd.DataFrame, health_rows: pd.DataFrame | None) -> li
     """The readings page: one paragraph per (dataset, output mode) with gain rows."""
     blocks = [Block("h1", "mebench leaderboard readings"), Block("p", (
         "What the intervals say, per dataset and output mode: each attack's Track A agreement AUC gain over "
-        "each null control of its data mode (paired by seed, mean [95% bootstrap interval]), grouped by "
+        f"each null control of its data mode (paired by seed, mean [{CI_TEXT}]), grouped by "
         "whether the interval is above zero, covers it or is below it. [Track A collapsed: …] marks the "
         "checkpoints and seeds whose Track A substitute answered one class for the whole test split (training "
         "health): there the number measures a failed training, not the queries."))]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from statistics import mean, stdev
 from typing import Any, Iterable, Mapping, Optional
 
-from mebench.report.stats import MIN_SEEDS_FOR_INTERVAL, paired_bootstrap_ci
+from mebench.report.stats import MIN_SEEDS_FOR_INTERVAL, paired_ci
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def _summary(values: Mapping[int, float], scale: float) -> tuple[Optional[float]
     text = f"{mean(v):.1f} ± {stdev(v):.1f} (n={len(v)})" if len(v) > 1 else f"{v[0]:.1f} (n=1)"
     if len(v) < MIN_SEEDS_FOR_INTERVAL:
         return mean(v), text, "–"
-    ci = paired_bootstrap_ci([0.0] * len(v), v)  # paired with zeros: the bootstrap interval of the mean
+    ci = paired_ci([0.0] * len(v), v)  # paired with zeros: the report's interval of the mean
     return mean(v), text, f"[{ci.ci_lower:.1f}, {ci.ci_upper:.1f}]"
 
 
@@ -84,7 +84,7 @@ def reproduction_markdown(summaries: Iterable[Mapping[str, Any]], paper: Mapping
             base = runs.get((dataset, q.base), {})
             pair = sorted(set(values) & set(base))
             if len(pair) >= MIN_SEEDS_FOR_INTERVAL:
-                d = paired_bootstrap_ci([base[s] * scale for s in pair], [values[s] * scale for s in pair])
+                d = paired_ci([base[s] * scale for s in pair], [values[s] * scale for s in pair])
                 shift = f"{d.mean_diff:+.1f} [{d.ci_lower:+.1f}, {d.ci_upper:+.1f}]"
             else:
                 shift = "–"
