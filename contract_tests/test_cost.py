@@ -313,3 +313,23 @@ def test_activethief_cost_counts_its_selection_passes() -> None:
     # with no candidate factor, the whole pool (60,000 less what was bought) is scored each round
     whole = At.training_cost(At.Params(strategy="uncertainty", rounds=5, patience=20), (1000,), 1000)
     assert whole.forward_examples == sum(60_000 - (300 + 140 * i) for i in range(5))
+
+
+def test_the_cost_study_log_names_the_machine(tmp_path, monkeypatch):
+    # records name the CPU model (issue 58): the estimator's timing logs (results/cost/logs) too
+    import importlib.util
+    from types import SimpleNamespace
+
+    from mebench.support.runinfo import cpu_model
+
+    spec = importlib.util.spec_from_file_location("cost_timed", REPO / "studies" / "cost" / "timed.py")
+    timed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(timed)
+    monkeypatch.setattr(timed, "HERE", tmp_path)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    cost = SimpleNamespace(wall_seconds=12.34, phases={"attack": 10.0}, line=lambda: "estimate ~12 s",
+                           workers=1, threads=1, cells=2, cpus=2)
+    timed.write("probe", ["pytest", "x"], 0, "2026-11-29T00:00:00+00:00", cost, 11.0, [0.5, 0.7], 0.6)
+    record = json.loads((tmp_path / "logs" / "probe.json").read_text())
+    assert record["cpu_model"] == cpu_model() and record["isa_overrides"] == {"ATEN_CPU_CAPABILITY": "avx2"}
+    assert record["estimate_s"] == 12.3 and record["load_mean"] == 0.6

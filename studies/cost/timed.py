@@ -26,6 +26,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from mebench.support.runinfo import cpu_model, isa_overrides
+
 HERE = Path(__file__).resolve().parents[2] / "results" / "cost"  # the set's records (this script lives in studies/)
 
 
@@ -110,7 +112,8 @@ def write(name: str, rest: list[str], rc: int, started: str, cost: "object", wal
               "estimate_s": round(cost.wall_seconds, 1), "estimate_phases": {k: round(v, 1) for k, v in cost.phases.items()},
               "estimate_line": cost.line(), "workers": cost.workers, "threads": cost.threads, "cells": cost.cells,
               "wall_s": round(wall, 1), "load_before": samples[0], "load_mean": round(sum(samples) / len(samples), 2),
-              "load_after": after, "machine_cpus": cost.cpus}
+              "load_after": after, "machine_cpus": cost.cpus, "cpu_model": cpu_model(),
+              "isa_overrides": isa_overrides()}
     (HERE / "logs").mkdir(exist_ok=True)
     (HERE / "logs" / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))

@@ -25,6 +25,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from mebench.support.runinfo import cpu_model, isa_overrides
+
 HERE = Path(__file__).resolve().parents[2] / "results" / "ray"  # the set's records (this script lives in studies/)
 
 
@@ -68,7 +70,7 @@ def run(name: str, nodes: int, command: list[str]) -> dict:
             "cells": [{"id": c.get("id"), "status": c.get("status"), "worker": c.get("worker"),
                        "timings": {k: round(v, 1) for k, v in (c.get("timings") or {}).items()}} for c in cells],
             "load_before": samples[0], "load_mean": round(sum(samples) / len(samples), 2), "load_after": load(),
-            "machine_cpus": os.cpu_count()}
+            "machine_cpus": os.cpu_count(), "cpu_model": cpu_model(), "isa_overrides": isa_overrides()}
 
 
 def main() -> None:
