@@ -186,10 +186,10 @@ def test_every_registered_attack_and_defense_has_its_page():
 
 def test_summaries_are_read_from_complete_runs_only(tmp_path):
     # the caption counts what the report reads: not a failed run, not a damaged one
-    seed = ROOT / "results" / "headline" / "mnist_lenet5_random_soft" / "20261125T064025Z" / "seed_0"
+    seed = ROOT / "results" / "leaderboard-mnist" / "lbm-random-surrogate-soft_prob-s0"  # a grid cell's seed-run
     for name, status, metrics in [("ok", "complete", None), ("failed", "failed", None),
                                   ("cut", "complete", "seed,checkpoint_B,track,acc_gt,agr")]:
-        d = tmp_path / name / "seed_0"
+        d = tmp_path / name / seed.name
         shutil.copytree(seed, d)
         summary = json.loads((d / "summary.json").read_text())
         (d / "summary.json").write_text(json.dumps({**summary, "status": status}))
