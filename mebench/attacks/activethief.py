@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from mebench.state import EngineState
 
 STRATEGIES = ("random", "uncertainty", "k_center", "dfal", "dfal_k_center")
+DFAL_STRATEGIES = ("dfal", "dfal_k_center")
+"""The strategies that rank candidates by DeepFool's perturbation norm (and cost its steps)."""
 # Fields that choose *what* to run, not how the authors ran it: no reference value.
 NOT_PROCEDURE = ("strategy", "schedule", "chunk_size")
 SCHEDULES = ("per_checkpoint", "max_budget")
@@ -219,7 +221,7 @@ class ActiveThief(Attack):
             floor = params.patience * b // 2
             return floor if params.max_steps is None else min(floor, params.max_steps * params.batch_size)
         per_candidate = 0.0 if params.strategy == "random" else 1.0
-        if params.strategy in ("dfal", "dfal_k_center"):
+        if params.strategy in DFAL_STRATEGIES:
             rivals = (params.dfal_classes or CLASSES_FOR_ESTIMATE) - 1
             per_candidate += params.dfal_max_iter * (1 + DEEPFOOL_FORWARDS_PER_RIVAL * rivals)
         forwards = 0.0
@@ -339,7 +341,7 @@ class ActiveThief(Attack):
         cand = self._candidates(unused, k)
         if k == cand.numel():
             return cand
-        if p.strategy in ("dfal", "dfal_k_center"):
+        if p.strategy in DFAL_STRATEGIES:
             norms = sel.deepfool_norms(model, self._load, cand, max_iter=p.dfal_max_iter,
                                        overshoot=p.dfal_overshoot, num_classes=p.dfal_classes,
                                        space=p.dfal_space, early_stop=p.dfal_early_stop, step=p.dfal_step,
