@@ -19,7 +19,7 @@ import pandas as pd
 from mebench.report.aggregate import HIGHER_IS_BETTER, METRIC_NOTES
 from mebench.report.document import Block, budget_label, fmt_value, table
 from mebench.report.gains import GAIN_TEXT, gain_section
-from mebench.report.stats import (CI_LEVEL, CI_TEXT, MIN_SEEDS_FOR_BOOTSTRAP, MIN_SEEDS_FOR_INTERVAL,
+from mebench.report.stats import (CI_LEVEL, CI_TEXT, FEW_SEEDS_TEXT, MIN_SEEDS_FOR_INTERVAL,
                                   compare_groups)
 
 BASELINE_LABEL = "random"
@@ -94,8 +94,7 @@ def comparison_blocks(comps: pd.DataFrame, gains: pd.DataFrame | None = None) ->
     blocks = [Block("h1", "mebench pairwise comparisons"), Block("p", (
         f"Difference = b − a over seeds run by both (paired by seed). CI: {CI_TEXT}, of the mean "
         f"difference. d: Cohen's d with pooled sample std "
-        f"(|d| 0.2/0.5/0.8 = small/medium/large). ⚠: fewer than {MIN_SEEDS_FOR_BOOTSTRAP} paired "
-        f"seeds, a t interval (it assumes normal seed differences); n<{MIN_SEEDS_FOR_INTERVAL}: no interval. "
+        f"(|d| 0.2/0.5/0.8 = small/medium/large). {FEW_SEEDS_TEXT}; n<{MIN_SEEDS_FOR_INTERVAL}: no interval. "
         "For kl_mean and l1_mean lower is better. "
         "This page shows agreement AUC, agreement and acc_gt; comparisons.csv/json hold "
         "every metric.")), Block("p", "Note: " + METRIC_NOTES["l1_mean"])]

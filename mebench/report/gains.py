@@ -49,7 +49,7 @@ from mebench.report.aggregate import (CONDITION_KEYS, HIGHER_IS_BETTER, METRIC_N
 from mebench.report.document import Block, budget_label, fmt_signed, table
 from mebench.report.leaderboard import log_budget_auc
 from mebench.report.load import METRIC_COLUMNS, UNRECORDED
-from mebench.report.stats import (CI_LEVEL, CI_TEXT, MIN_SEEDS_FOR_BOOTSTRAP,
+from mebench.report.stats import (CI_LEVEL, CI_TEXT, FEW_SEEDS_TEXT, MIN_SEEDS_FOR_BOOTSTRAP,
                                   MIN_SEEDS_FOR_INTERVAL, N_BOOTSTRAP, compare_groups, definitions)
 
 KNOWN_CONTROLS: Mapping[str, frozenset[str]] = {
@@ -285,8 +285,7 @@ GAIN_TEXT = (
     f"its data mode (controls are recognised by attack name); the control's Track "
     f"{CONTROL_TRACK} is the reference for both the attack's Track A and Track B. CI: "
     f"{CI_TEXT}, of the mean gain; n<{MIN_SEEDS_FOR_INTERVAL}: "
-    f"a single paired seed, no interval and no CI claim. ⚠: fewer than {MIN_SEEDS_FOR_BOOTSTRAP} "
-    f"paired seeds, a t interval (it assumes normal seed differences). The whole-curve agreement AUC gain "
+    f"a single paired seed, no interval and no CI claim. {FEW_SEEDS_TEXT}. The whole-curve agreement AUC gain "
     f"integrates both sides over the "
     f"same checkpoints. For kl_mean and l1_mean lower is better, so a negative gain is an "
     f"improvement."

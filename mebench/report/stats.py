@@ -60,6 +60,9 @@ MIN_SEEDS_FOR_INTERVAL = 2
 CI_TEXT = (f"{CI_LEVEL:.0%} interval: paired Student t below {MIN_SEEDS_FOR_BOOTSTRAP} seeds, "
            f"percentile paired bootstrap from {MIN_SEEDS_FOR_BOOTSTRAP}")
 """How every paired interval of the report is made, in the words its captions use."""
+FEW_SEEDS_TEXT = (f"⚠: fewer than {MIN_SEEDS_FOR_BOOTSTRAP} paired seeds, a t interval (it assumes normal "
+                  f"seed differences)")
+"""The captions' note on the ⚠ mark (:func:`seed_warning` gives it per row)."""
 EFFECT_SIZE_THRESHOLD = 0.2
 """|d| at or above which a difference counts as practically significant."""
 
@@ -88,6 +91,12 @@ def _differences(a: Sequence[float], b: Sequence[float], least: int = 1) -> np.n
     return xb - xa
 
 
+def _interval(diffs: np.ndarray, lower: float, upper: float, level: float, method: str) -> PairedCI:
+    """The :class:`PairedCI` of ``diffs`` with these bounds; whether it crosses zero follows from them."""
+    return PairedCI(mean_diff=float(diffs.mean()), ci_lower=lower, ci_upper=upper, ci_level=level,
+                    crosses_zero=bool(lower <= 0.0 <= upper), n=int(diffs.size), method=method)
+
+
 def paired_ci(
     a: Sequence[float],
     b: Sequence[float],
@@ -108,12 +117,9 @@ def paired_t_ci(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL)
     """Paired Student t interval of ``mean(b - a)``: ``mean ± t(1-α/2, n-1) · s / √n`` (ddof=1);
     zero width when every difference is the same."""
     diffs = _differences(a, b, 2)
-    n = int(diffs.size)
-    mean_diff = float(diffs.mean())
+    mean_diff, n = float(diffs.mean()), diffs.size
     half = float(scipy_stats.t.ppf(0.5 + level / 2.0, n - 1) * diffs.std(ddof=1) / math.sqrt(n))
-    lower, upper = mean_diff - half, mean_diff + half
-    return PairedCI(mean_diff=mean_diff, ci_lower=lower, ci_upper=upper, ci_level=level,
-                    crosses_zero=bool(lower <= 0.0 <= upper), n=n, method="t")
+    return _interval(diffs, mean_diff - half, mean_diff + half, level, "t")
 
 
 def paired_bootstrap_ci(
@@ -134,10 +140,7 @@ def paired_bootstrap_ci(
     boot = diffs[idx].mean(axis=1)
     alpha = (1.0 - level) / 2.0
     lower, upper = (float(q) for q in np.quantile(boot, [alpha, 1.0 - alpha]))
-    return PairedCI(
-        mean_diff=float(diffs.mean()), ci_lower=lower, ci_upper=upper, ci_level=level,
-        crosses_zero=bool(lower <= 0.0 <= upper), n=int(diffs.size), method="bootstrap",
-    )
+    return _interval(diffs, lower, upper, level, "bootstrap")
 
 
 def cohens_d(a: Sequence[float], b: Sequence[float]) -> float:
