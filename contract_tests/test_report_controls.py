@@ -462,6 +462,35 @@ def test_the_readings_sort_each_attack_by_its_interval_and_mark_collapsed_checkp
         assert "collapsed: 1k" not in " ".join(b.text for b in readings_blocks(gains, quiet) if b.kind == "p")
 
 
+def test_a_collapse_is_marked_on_its_own_victims_reading_and_a_defended_flag_names_its_defense():
+    # contract 16: with several victims (a zoo, builds, a defense in front) each victim's reading is its
+    # own paragraph, named, and a collapsed Track A marks only the victim it happened on; the health
+    # table gives a defended run the victim_id <victim>+<defense> of the report's other tables
+    from mebench.report.health import health_frame
+    from mebench.report.readings import readings_blocks
+
+    gains = pd.DataFrame([{**_gain_row("up", 0.05, 0.01, 0.09), "victim_id": v} for v in ("v_a", "v_b")])
+    health_rows = pd.DataFrame([{"dataset": "MNIST", "victim_id": "v_b", "output_mode": "soft_prob", "label": "up",
+                                 "data_mode": "surrogate", "seed": 0, "track": "A", "checkpoint_B": 1000.0,
+                                 "pred_top_share": 1.0, "victim_top_share": 0.11}])
+    paras = [b.text for b in readings_blocks(gains, health_rows) if b.kind == "p"][1:]
+    assert len(paras) == 2 and paras[0].startswith("On v_a: ") and paras[1].startswith("On v_b: ")
+    assert "collapsed" not in paras[0] and "up [Track A collapsed: 1k 1 seed] +0.0500" in paras[1]
+    one = [b.text for b in readings_blocks(gains[gains["victim_id"] == "v_a"], health_rows) if b.kind == "p"]
+    assert not one[1].startswith("On ") and "collapsed" not in one[1]  # one victim: no name, v_b's flag not here
+
+    def run(defense):
+        rec = _record("random", "surrogate", 0, [0.5] * 3)
+        rec.summary.update({"victim": {"victim_id": "mnist_lenet5"}, "training_health": [
+            {"track": "A", "checkpoint_B": 1000, "pred_top_share": 0.95, "victim_top_share": 0.1,
+             "flags": ["Track A B=1,000 collapsed: ..."]}], **({"defense": {"name": defense}} if defense else {})})
+        return rec
+
+    frame = health_frame([run("grad2"), run(None)])
+    assert sorted(frame["victim_id"]) == ["mnist_lenet5", "mnist_lenet5+grad2"]
+    assert sorted(frame["defense"]) == ["grad2", "none"]
+
+
 def test_the_leaderboard_shows_each_rows_seed_run_cost():
     # contract 16: beside its AUC, a row's cost per seed-run: mean timings_s.total over its seeds and the
     # images its victim answered (a record without timings shows a dash, never a made-up number)

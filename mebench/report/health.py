@@ -14,23 +14,27 @@ from typing import Iterable
 import pandas as pd
 
 from mebench.report.document import Block, budget_label, table
-from mebench.report.load import UNKNOWN, RunRecord, mapping_section
+from mebench.report.load import UNKNOWN, RunRecord, defended_victims, mapping_section
 from mebench.training.health import restart_flag
 
-HEALTH_COLUMNS = ("dataset", "victim_id", "label", "data_mode", "output_mode", "seed", "track", "checkpoint_B",
+HEALTH_COLUMNS = ("dataset", "victim_id", "defense", "label", "data_mode", "output_mode", "seed", "track", "checkpoint_B",
                   "pred_top_share", "victim_top_share", "loss_best", "loss_last", "flag")
 
 
 def health_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
-    """One row per flag raised in a complete run (empty when no checkpoint was flagged)."""
+    """One row per flag raised in a complete run (empty when no checkpoint was flagged). A run behind a
+    defense has the victim_id ``<victim>+<defense>`` of the report's other tables, so its flag is never
+    read as the undefended victim's."""
     rows = []
     for rec in records:
         summary = rec.summary or {}
         if not rec.ok:
             continue
         attack, dataset = mapping_section(summary, "attack"), mapping_section(summary, "dataset")
+        defense = mapping_section(summary, "defense") or mapping_section(rec.run_config, "defense")
         base = {"dataset": str(dataset.get("name") or UNKNOWN),
                 "victim_id": str(mapping_section(summary, "victim").get("victim_id") or UNKNOWN),
+                "defense": str(defense.get("label") or defense.get("name") or "none"),
                 "label": str(attack.get("label") or attack.get("name") or UNKNOWN),
                 "data_mode": str(dataset.get("data_mode") or ""), "output_mode": str(attack.get("output_mode") or ""),
                 "seed": int(summary.get("seed", 0))}
@@ -42,7 +46,8 @@ def health_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
         for r in summary.get("attack_restarts") or []:  # attack.divergence_restarts: the attack's own loop
             rows.append({**base, "track": "B", "checkpoint_B": None, "pred_top_share": None, "victim_top_share": None,
                          "loss_best": None, "loss_last": None, "flag": restart_flag(r)})
-    frame = pd.DataFrame(rows, columns=list(HEALTH_COLUMNS))
+    # a defended victim is another victim, as in every other table: victim_id <victim>+<defense>
+    frame = defended_victims(pd.DataFrame(rows, columns=list(HEALTH_COLUMNS)))
     return frame.sort_values(["dataset", "victim_id", "label", "data_mode", "output_mode", "seed", "track",
                               "checkpoint_B"], ignore_index=True)
 

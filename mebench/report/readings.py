@@ -58,14 +58,16 @@ def _signed(v: float) -> str:
 
 
 def collapse_marks(health_rows: pd.DataFrame | None) -> dict[tuple, str]:
-    """(dataset, output mode, label, data mode) → ' [collapsed: 1k 3 seeds, 10k 1 seed]' for Track A."""
+    """(dataset, victim, output mode, label, data mode) → ' [collapsed: 1k 3 seeds, 10k 1 seed]' for Track
+    A; the victim is the report's victim_id (``<victim>+<defense>`` behind a defense)."""
     if health_rows is None or health_rows.empty:
         return {}
     rows = health_rows[(health_rows["track"] == "A") & health_rows["checkpoint_B"].notna()]
+    rows = rows if "victim_id" in rows else rows.assign(victim_id="")
     mask = [health.collapsed(p, v) for p, v in zip(rows["pred_top_share"], rows["victim_top_share"])]
     rows = rows[pd.Series(mask, index=rows.index, dtype=bool)]
     marks: dict[tuple, str] = {}
-    for key, g in rows.groupby(["dataset", "output_mode", "label", "data_mode"], sort=True):
+    for key, g in rows.groupby(["dataset", "victim_id", "output_mode", "label", "data_mode"], sort=True):
         parts = []
         for b, gb in g.groupby("checkpoint_B", sort=True):
             n = gb["seed"].nunique()
@@ -74,15 +76,15 @@ def collapse_marks(health_rows: pd.DataFrame | None) -> dict[tuple, str]:
     return marks
 
 
-def reading_lines(g: pd.DataFrame, marks: dict[tuple, str], dataset: str, mode: str) -> list[str]:
+def reading_lines(g: pd.DataFrame, marks: dict[tuple, str], dataset: str, mode: str, victim: str = "") -> list[str]:
     """One sentence per null control: the attacks of its data mode above, level with, below it (``g``: the
-    Track A agreement-AUC gain rows of one dataset and output mode)."""
+    Track A agreement-AUC gain rows of one dataset, victim and output mode)."""
     lines = []
     for (control, control_mode), gc in g.groupby(["control_label", "control_data_mode"], sort=True):
         groups: dict[str, list[str]] = {v: [] for v in VERDICTS}
         for _, r in gc.sort_values("gain_mean", ascending=False, kind="stable").iterrows():
             v = verdict(r)
-            mark = marks.get((dataset, mode, r["label"], r["data_mode"]), "")
+            mark = marks.get((dataset, victim, mode, r["label"], r["data_mode"]), "")
             name = f"{r['label']}{mark}"
             if v in ("above", "below", "level"):
                 name += f" {_signed(r['gain_mean'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}]"
@@ -91,13 +93,14 @@ def reading_lines(g: pd.DataFrame, marks: dict[tuple, str], dataset: str, mode: 
         lines.append(f"Against {control} ({control_mode}; Track A agreement AUC gain): " + "; ".join(parts) + ".")
     controls = set(zip(g["control_label"], g["control_data_mode"]))
     for key, mark in sorted(marks.items()):
-        if key[0] == dataset and key[1] == mode and (key[2], key[3]) in controls:
-            lines.append(f"The control {key[2]} ({key[3]}){mark}.")
+        if key[:3] == (dataset, victim, mode) and (key[3], key[4]) in controls:
+            lines.append(f"The control {key[3]} ({key[4]}){mark}.")
     return lines
 
 
 def readings_blocks(gains: pd.DataFrame, health_rows: pd.DataFrame | None) -> list[Block]:
-    """The readings page: one paragraph per (dataset, output mode) with gain rows."""
+    """The readings page: one paragraph per (dataset, output mode) with gain rows, one per victim where the
+    records hold several (each named; a collapse is marked on its own victim's line only)."""
     blocks = [Block("h1", "mebench leaderboard readings"), Block("p", (
         "What the intervals say, per dataset and output mode: each attack's Track A agreement AUC gain over "
         f"each null control of its data mode (paired by seed, mean [{CI_TEXT}]), grouped by "
@@ -107,7 +110,12 @@ def readings_blocks(gains: pd.DataFrame, health_rows: pd.DataFrame | None) -> li
     if gains is None or gains.empty:
         return blocks
     auc = gains[(gains["metric"] == "agreement_auc") & (gains["track"] == "A")]
+    auc = auc if "victim_id" in auc else auc.assign(victim_id="")
     marks = collapse_marks(health_rows)
     for (dataset, mode), g in auc.groupby(["dataset", "output_mode"], sort=True):
-        blocks += [Block("h2", f"{dataset} · {mode}"), Block("p", " ".join(reading_lines(g, marks, dataset, mode)))]
+        blocks.append(Block("h2", f"{dataset} · {mode}"))
+        several = g["victim_id"].nunique() > 1  # a zoo, several builds or defended victims: name each
+        for victim, gv in g.groupby("victim_id", sort=True):
+            text = " ".join(reading_lines(gv, marks, dataset, mode, str(victim)))
+            blocks.append(Block("p", f"On {victim}: {text}" if several else text))
     return blocks
