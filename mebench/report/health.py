@@ -17,8 +17,8 @@ from mebench.report.document import Block, budget_label, table
 from mebench.report.load import UNKNOWN, RunRecord, defended_victims, mapping_section
 from mebench.training.health import restart_flag
 
-HEALTH_COLUMNS = ("dataset", "victim_id", "defense", "label", "data_mode", "output_mode", "seed", "track", "checkpoint_B",
-                  "pred_top_share", "victim_top_share", "loss_best", "loss_last", "flag")
+HEALTH_COLUMNS = ("dataset", "victim_id", "label", "data_mode", "output_mode", "seed", "track", "checkpoint_B",
+                  "pred_top_share", "victim_top_share", "loss_best", "loss_last", "flag", "defense")
 
 
 def health_frame(records: Iterable[RunRecord]) -> pd.DataFrame:
