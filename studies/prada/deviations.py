@@ -28,6 +28,8 @@ from mebench.defenses.detection import benign_streams, feed
 from mebench.defenses.prada import LEGACY, Prada
 from mebench.harness.grid import load_grid
 from mebench.oracle import AnswerPipeline, Oracle
+from mebench.support.identity import code_identity
+from mebench.support.runinfo import library_versions, machine_info
 from mebench.support.seeding import seed_everything
 from mebench.state import EngineState
 
@@ -84,7 +86,9 @@ def benign(cell, prep) -> list[dict]:
 
 def main(paths: list[str]) -> None:
     torch.set_num_threads(1)
-    out: dict[str, Any] = {"variants": VARIANTS, "datasets": {}}
+    # where it ran, as a seed-run's summary.json says it: code identity, versions, CPU model and its caps
+    out: dict[str, Any] = {"variants": VARIANTS, "code_identity": code_identity(), "versions": library_versions(),
+                           "machine": machine_info("cpu"), "datasets": {}}
     for path in paths:
         grid = load_grid(Path(path), Path.cwd())
         cells = [c for c in grid.cells if c.defense == "prada" and not c.cfg.defense.label]
