@@ -9,8 +9,9 @@ For each dataset and attack: the share of the attack's streams flagged (``flag_a
 the rule holds at B; ``flagged_within_B``: flagged at some query up to B, the report's
 ``flagged``), and the mean minimum W; for the benign streams the same shares (false positives).
 Each is paired (same seed, same stream: PRADA changes no answer, so both rules watch the same
-queries) and the difference after - before has a 95 % bootstrap interval (2,000 resamples of the
-pairs; with 3 attack streams per cell it is descriptive).
+queries). A flag is 0 or 1 per stream, so the flagged shares get the exact McNemar test on the
+streams only one rule flags; the mean minimum W gets the report's interval of the paired difference
+(paired Student t for the 3 attack streams of a cell, percentile bootstrap for the 24 benign ones).
 
     python studies/prada/summarize.py
 """
@@ -22,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import binomtest
 
+from mebench.report import stats
 from mebench.run.artifacts import atomic_write_text
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "prada"  # the set's records (this script lives in studies/)
@@ -50,18 +53,28 @@ def load_cells(root: Path) -> dict[tuple, dict[str, float]]:
     return out
 
 
-def paired(before: list[float], after: list[float], rng: np.random.Generator, n_boot: int = 2000) -> dict[str, Any]:
-    """Means before and after, and the mean paired difference with a 95 % bootstrap interval."""
-    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    d = a - b
-    idx = rng.integers(0, d.size, size=(n_boot, d.size))
-    lo, hi = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
-    return {"n": int(d.size), "before": float(b.mean()), "after": float(a.mean()), "diff": float(d.mean()),
-            "ci95": [float(lo), float(hi)]}
+def paired(before: list[float], after: list[float]) -> dict[str, Any]:
+    """Means before and after, and the mean paired difference with the report's 95 % interval
+    (``mebench.report.stats.paired_ci``: paired Student t below 5 pairs, percentile bootstrap from 5)."""
+    ci = stats.paired_ci(before, after)
+    return {"n": ci.n, "before": float(np.mean(before)), "after": float(np.mean(after)), "diff": ci.mean_diff,
+            "ci95": [ci.ci_lower, ci.ci_upper], "ci_method": ci.method}
+
+
+def paired_flags(before: list[float], after: list[float]) -> dict[str, Any]:
+    """Shares flagged before and after (0/1 per stream, same streams) and the exact McNemar test: under
+    "the rules flag alike" each stream flagged by one rule only is equally likely either way, so the
+    count flagged only before is Binomial(discordant, 1/2) (``scipy.stats.binomtest``, two-sided; p = 1
+    without a discordant stream). An interval of a 0/1 mean over 3 or 24 streams would claim more."""
+    b, a = np.asarray(before, dtype=bool), np.asarray(after, dtype=bool)
+    only_before, only_after = int((b & ~a).sum()), int((a & ~b).sum())
+    p = binomtest(only_before, only_before + only_after, 0.5).pvalue if only_before + only_after else 1.0
+    return {"n": int(b.size), "before": float(b.mean()), "after": float(a.mean()), "diff": float(a.mean() - b.mean()),
+            "flagged_before": int(b.sum()), "flagged_after": int(a.sum()), "only_before": only_before,
+            "only_after": only_after, "mcnemar_exact_p": float(p)}
 
 
 def before_after(cells: dict[tuple, dict[str, float]]) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(42)
     groups: dict[tuple, list[tuple]] = {}
     for key in cells:
         if key[-1] == "after" and key[:-1] + ("before",) in cells:
@@ -72,7 +85,8 @@ def before_after(cells: dict[tuple, dict[str, float]]) -> list[dict[str, Any]]:
         for m in ("flag_at_B", "flagged_within_B", "min_w"):
             pairs = [(cells[k + ("before",)][m], cells[k + ("after",)][m]) for k in keys]
             pairs = [p for p in pairs if None not in p]
-            row[m] = paired([p[0] for p in pairs], [p[1] for p in pairs], rng) if pairs else None
+            test = paired if m == "min_w" else paired_flags
+            row[m] = test([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else None
         rows.append(row)
     return rows
 
@@ -124,9 +138,14 @@ def deviations_table(rows: list[dict[str, Any]]) -> str:
 
 
 def before_after_table(rows: list[dict[str, Any]]) -> str:
-    """Markdown: per victim dataset and stream, each value before -> after with the paired difference and CI."""
-    lines = ["| dataset | streams | n | flagged at B: before -> after (diff [95% CI]) | min W: before -> after (diff [95% CI]) |",
+    """Markdown: per victim dataset and stream, the streams flagged before -> after with the exact McNemar
+    p, and the mean minimum W before -> after with the paired difference and its interval."""
+    lines = ["| dataset | streams | n | flagged at B: before -> after (exact McNemar p) | min W: before -> after (diff [95% CI]) |",
              "|---|---|---|---|---|"]
+    def flags(p: dict[str, Any] | None) -> str:
+        if p is None:
+            return "-"
+        return f"{p['flagged_before']}/{p['n']} -> {p['flagged_after']}/{p['n']} (p {p['mcnemar_exact_p']:.3f})"
     def cell(p: dict[str, Any] | None) -> str:
         if p is None:
             return "-"
@@ -134,7 +153,7 @@ def before_after_table(rows: list[dict[str, Any]]) -> str:
                 f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}])")
     for r in rows:
         n = (r["min_w"] or r["flag_at_B"] or {}).get("n", 0)
-        lines.append(f"| {r['dataset']} | {r['label']} | {n} | {cell(r['flag_at_B'])} | {cell(r['min_w'])} |")
+        lines.append(f"| {r['dataset']} | {r['label']} | {n} | {flags(r['flag_at_B'])} | {cell(r['min_w'])} |")
     return "\n".join(lines) + "\n"
 
 
