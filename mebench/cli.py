@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
                                        "where MNIST and FashionMNIST are fetched once)")
     q.add_argument("--threads", type=int, help="torch CPU threads (default: free CPUs, at most 8)")
     q.add_argument("--no-progress", action="store_true", help="no progress bars")
+    rc = sub.add_parser("records", help="copy finished seed-runs (a run's seed folders or a grid's cells) into a "
+                                         "result set: records only, no weights or caches, whole groups of seeds")
+    rc.add_argument("sources", nargs="+", type=Path, help="run output or --mebench-cells folders")
+    rc.add_argument("--into", type=Path, required=True, help="the result set, e.g. results/<set>")
+    rc.add_argument("--min-seeds", type=int, default=3,
+                    help="copy a run or cell only with at least this many finished seeds of it (default 3)")
     ls = sub.add_parser("list", help="registered attacks, adaptive strategies and defenses (paper, modes), measurement probes, verification methods, datasets, models; victims")
     ls.add_argument("kind", nargs="?", choices=LIST_KINDS, help="what to list (default: everything)")
     return p
@@ -462,6 +468,25 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_records(args: argparse.Namespace) -> int:
+    """Copy the finished seed-runs below each source into a result set (mebench.report.publish)."""
+    from mebench.report.load import NoResultsError
+    from mebench.report.publish import copy_records
+
+    if args.min_seeds < 1:
+        raise ConfigError("--min-seeds", args.min_seeds, "must be at least 1")
+    try:
+        done = copy_records(args.sources, args.into, args.min_seeds)
+    except NoResultsError as e:
+        print(f"mebench: error: {e}", file=sys.stderr)
+        return 1
+    for line in done.skipped:
+        print(f"left out {line}")
+    print(f"copied {len(done.copied)} seed-run{'s' if len(done.copied) != 1 else ''} into {args.into}"
+          f"{f'; left out {len(done.skipped)}' if done.skipped else ''}")
+    return 0 if done.copied else 1
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import warnings
 
@@ -479,6 +504,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return cmd_victim_export(args) if args.victim_command == "export" else cmd_victim_train(args)
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "records":
+            return cmd_records(args)
         if args.command == "docs":
             from mebench.docs import main as docs_main
 

@@ -1,0 +1,69 @@
+"""`mebench records`: a result set gets finished seed-runs' records only (docs/results/index.md, "How a
+result set is made"; contract: results are records, written whole or not at all)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from mebench.cli import main
+from mebench.report.load import CSV_COLUMNS, load_runs_folder
+from mebench.report.publish import copy_records
+
+
+def _seed(folder: Path, seed: int, cell: bool = False, status: str = "passed") -> Path:
+    folder.mkdir(parents=True)
+    row = {c: "" for c in CSV_COLUMNS}
+    row.update({"seed": seed, "checkpoint_B": 1000, "track": "A", "acc_gt": 0.5, "agreement": 0.5,
+                "attack": "random", "data_mode": "surrogate", "output_mode": "soft_prob",
+                "victim_id": "mnist_lenet5", "substitute_arch": "lenet5"})
+    pd.DataFrame([row], columns=list(CSV_COLUMNS)).to_csv(folder / "metrics.csv", index=False)
+    (folder / "summary.json").write_text(json.dumps({"status": "complete", "seed": seed,
+                                                     "attack": {"name": "random"}, "dataset": {"name": "MNIST"}}))
+    (folder / "run_config.yaml").write_text("run: {name: r}\n")
+    (folder / "final_substitute.ckpt").write_bytes(b"weights")
+    (folder / ".query_cache").mkdir()
+    (folder / ".query_cache" / "x.pt").write_bytes(b"cache")
+    if cell:
+        (folder / "result.json").write_text(json.dumps({"status": status}))
+    return folder
+
+
+def test_a_set_gets_whole_groups_of_finished_seed_runs_without_weights_or_caches(tmp_path):
+    cells = tmp_path / "cells"
+    for s in range(3):
+        _seed(cells / f"g-random-surrogate-soft_prob-s{s}", s, cell=True)
+    _seed(cells / "g-knockoff-surrogate-soft_prob-s0", 0, cell=True)             # one seed of three
+    _seed(cells / "g-knockoff-surrogate-soft_prob-s1", 1, cell=True, status="failed")
+    runs = tmp_path / "runs"
+    for s in range(3):
+        _seed(runs / "mnist_random" / "20260101T000000Z" / f"seed_{s}", s)
+    dest = tmp_path / "results" / "set"
+    done = copy_records([cells, runs], dest)
+    assert sorted(done.copied) == [*(f"g-random-surrogate-soft_prob-s{s}" for s in range(3)),
+                                   *(f"mnist_random/20260101T000000Z/seed_{s}" for s in range(3))]
+    assert len(done.skipped) == 2 and any("cell failed" in line for line in done.skipped)
+    assert any("fewer than 3" in line for line in done.skipped)
+    names = {p.name for p in dest.rglob("*") if p.is_file()}
+    assert names == {"metrics.csv", "summary.json", "run_config.yaml", "result.json"}
+    assert [r.ok for r in load_runs_folder(dest)] == [True] * 6
+    assert not [p for p in dest.rglob(".*")]  # no temporary folder left behind
+    # copied again (a rerun's records), each folder is replaced whole
+    (cells / "g-random-surrogate-soft_prob-s0" / "extra.json").write_text("{}")
+    copy_records([cells], dest)
+    assert (dest / "g-random-surrogate-soft_prob-s0" / "extra.json").is_file()
+
+
+def test_the_command_says_what_it_left_out_and_refuses_bad_input(tmp_path, capsys):
+    cells = tmp_path / "cells"
+    _seed(cells / "g-random-surrogate-soft_prob-s0", 0, cell=True)
+    assert main(["records", str(cells), "--into", str(tmp_path / "set")]) == 1  # nothing whole to copy
+    out = capsys.readouterr().out
+    assert "fewer than 3" in out and "copied 0 seed-runs" in out
+    assert main(["records", str(cells), "--into", str(tmp_path / "set"), "--min-seeds", "1"]) == 0
+    assert main(["records", str(tmp_path / "nowhere"), "--into", str(tmp_path / "set")]) == 1
+    assert "no such folder" in capsys.readouterr().err
+    assert main(["records", str(cells), "--into", str(tmp_path / "set"), "--min-seeds", "0"]) == 2
+    assert main(["records", str(cells), "--into", str(cells / "inside")]) == 1
