@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import yaml
 
 from mebench.errors import GridError, UntrainedVictims  # noqa: F401  (defined torch-free there; re-exported)
-from mebench.support.naming import LABEL_RE
+from mebench.support.naming import LABEL_RE, cell_condition
 
 if TYPE_CHECKING:
     from mebench.config import RunConfig
@@ -136,7 +136,7 @@ class Cell:
     @property
     def condition(self) -> str:
         """The cell's id without its seed: the seed cells of one condition share it (``--seeds-together``)."""
-        return re.sub(r"-s\d+$", "", self.id)
+        return cell_condition(self.id)
 
     @property
     def victim_key(self) -> str:

@@ -10,7 +10,6 @@ Torch-free.
 
 from __future__ import annotations
 
-import re
 import shutil
 import uuid
 from collections import defaultdict
@@ -20,11 +19,10 @@ from typing import Iterable
 
 from mebench.report.folders import SEED_DIR_RE
 from mebench.report.load import NoResultsError, load_runs_folder
-from mebench.support.naming import QUERY_CACHE_DIR
+from mebench.support.naming import QUERY_CACHE_DIR, cell_condition
 
 #: What a set never holds: weights, checkpoints and query caches.
 LEFT_OUT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".onnx", ".ts")
-CELL_SEED_RE = re.compile(r"-s\d+$")
 
 
 @dataclass
@@ -40,7 +38,7 @@ def group_of(folder: Path, source: Path) -> str:
     without its ``-s<seed>`` for a grid cell."""
     if SEED_DIR_RE.match(folder.name):
         return str(folder.parent.relative_to(source))
-    return CELL_SEED_RE.sub("", str(folder.relative_to(source)))
+    return cell_condition(str(folder.relative_to(source)))
 
 
 def _record_files(folder: Path) -> Iterable[Path]:

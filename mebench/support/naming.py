@@ -15,6 +15,13 @@ QUERY_CACHE_OWNER = "owner"  # inside the cache: "<token> <pid> <host>" of the r
 
 #: Attack labels, victim keys and defense labels: letters, digits and '_' ('-' separates cell id parts).
 LABEL_RE = re.compile(r"^[A-Za-z0-9_]+$")
+#: A grid cell id ends in ``-s<seed>``; without it, the id names the cell's condition.
+CELL_SEED_RE = re.compile(r"-s\d+$")
+
+
+def cell_condition(cell_id: str) -> str:
+    """A cell id without its seed: the seed cells of one condition share it."""
+    return CELL_SEED_RE.sub("", cell_id)
 
 
 def unused_stamp_dir(parent: Path) -> Path:
