@@ -333,3 +333,41 @@ def test_the_cost_study_log_names_the_machine(tmp_path, monkeypatch):
     record = json.loads((tmp_path / "logs" / "probe.json").read_text())
     assert record["cpu_model"] == cpu_model() and record["isa_overrides"] == {"ATEN_CPU_CAPABILITY": "avx2"}
     assert record["estimate_s"] == 12.3 and record["load_mean"] == 0.6
+
+
+def test_a_command_timed_afterwards_keeps_its_exit_status(tmp_path):
+    # results are records of what happened: a command timed from its `/usr/bin/time -v` log records the
+    # exit status and wall time that log printed, not a fixed 0
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cost_timed", REPO / "studies" / "cost" / "timed.py")
+    timed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(timed)
+    log = tmp_path / "time.log"
+    log.write_text("\tCommand being timed: \"mebench run c.yaml\"\n"
+                   "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03.5\n"
+                   "\tMaximum resident set size (kbytes): 123\n\tExit status: 3\n")
+    assert timed.exit_status(log) == 3
+    assert timed.elapsed(log) == pytest.approx(3723.5)
+
+
+def test_the_scale_pages_idle_estimates_come_from_a_script(tmp_path):
+    # results are data: results/scale/idle_estimates.json is written by studies/scale/idle_estimates.py,
+    # the estimate of each timed command at load 0, not typed
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("scale_idle", REPO / "studies" / "scale" / "idle_estimates.py")
+    idle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(idle)
+    (tmp_path / "random_seed_1m.json").write_text(json.dumps({"command": "mebench run c.yaml --seeds 0 --threads 1"}))
+    seen = []
+
+    def estimate(args, load):
+        seen.append((args, load))
+        return SimpleNamespace(wall_seconds=100.04, phases={"track_a": 90.04}, line=lambda: "calibrated then")
+
+    got = idle.idle_estimates(tmp_path, {"a_1m": "random_seed_1m", "b_1m": "dfme_1m"}, estimate)
+    assert seen == [(["mebench", "run", "c.yaml", "--seeds", "0", "--threads", "1"], 0.0)]
+    assert got == {"random_seed_1m": {"command": "mebench run c.yaml --seeds 0 --threads 1", "estimate_s": 100.0,
+                                      "phases": {"track_a": 90.0}, "calibration": "calibrated then"}}

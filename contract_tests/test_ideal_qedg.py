@@ -102,6 +102,43 @@ def test_rounds_and_generator_runs_are_counted(name):
     assert stats["syntheses"] >= stats["rounds"] and stats["fallback_rounds"] <= stats["rounds"]
 
 
+# QEDG reference behaviour as docs/attacks/qedg.md states it: a round whose selection comes back
+# empty is synthesized again, at most ``max_empty_rounds`` times, then sent unselected; every
+# generator run and every unselected round is counted (summary.json attack_stats).
+@pytest.mark.parametrize("empties", [1, 2, 5])
+def test_qedg_empty_selection_is_synthesized_again_then_sent_unselected(empties, monkeypatch):
+    attack = make("qedg", 77, (77,), max_empty_rounds=2)  # at most 3 generator runs a round
+    tries = attack.hp.max_empty_rounds + 1
+    streak = {"n": 0, "rounds": 0}
+    synthesized: list[torch.Tensor] = []
+    new_round, synthesize = attack._new_round, attack._synthesize
+
+    def counting_new_round():
+        streak["n"], streak["rounds"] = 0, streak["rounds"] + 1
+        return new_round()
+
+    def keeping_synthesize():
+        synthesized.append(synthesize())
+        return synthesized[-1]
+
+    def select(x):  # the first `empties` tries of each round select nothing, then everything
+        streak["n"] += 1
+        return x[:0] if streak["n"] <= empties else x
+
+    monkeypatch.setattr(attack, "_new_round", counting_new_round)
+    monkeypatch.setattr(attack, "_synthesize", keeping_synthesize)
+    monkeypatch.setattr(attack, "_select", select)
+    oracle, _, batches, _ = drive_attack(attack, SpyNet(victim()), SYNTH_SHAPE, SYNTH_CLASSES)
+    rounds, stats = streak["rounds"], attack.run_stats()
+    assert oracle.queries_used == 77 and rounds == -(-77 // attack.hp.batch_size)
+    runs = min(empties + 1, tries)  # generator runs a round
+    assert stats["syntheses"] == len(synthesized) == runs * rounds
+    assert stats["fallback_rounds"] == (rounds if empties >= tries else 0)
+    # what each round sends is its last generator run's batch, selected or (after the last try) not
+    sent = torch.cat([b.x for b in batches])
+    assert torch.equal(sent, torch.cat(synthesized[runs - 1::runs])[:77])
+
+
 # QEDG reference (utils.py:215-239): only images whose substitute top-1 probability is at most the
 # threshold are sent; with threshold 1 everything is.
 def test_qedg_selects_uncertain_images_only():

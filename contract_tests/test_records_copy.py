@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from mebench.cli import main
 from mebench.report.load import CSV_COLUMNS, load_runs_folder
@@ -50,10 +51,38 @@ def test_a_set_gets_whole_groups_of_finished_seed_runs_without_weights_or_caches
     assert names == {"metrics.csv", "summary.json", "run_config.yaml", "result.json"}
     assert [r.ok for r in load_runs_folder(dest)] == [True] * 6
     assert not [p for p in dest.rglob(".*")]  # no temporary folder left behind
-    # copied again (a rerun's records), each folder is replaced whole
-    (cells / "g-random-surrogate-soft_prob-s0" / "extra.json").write_text("{}")
+    # copied again (a rerun's records), each folder is replaced whole: a file the rerun no longer
+    # has is gone, not merged with the new ones
+    rerun = cells / "g-random-surrogate-soft_prob-s0"
+    (rerun / "extra.json").write_text("{}")
+    (rerun / "run_config.yaml").unlink()
     copy_records([cells], dest)
-    assert (dest / "g-random-surrogate-soft_prob-s0" / "extra.json").is_file()
+    assert sorted(p.name for p in (dest / rerun.name).iterdir()) == [
+        "extra.json", "metrics.csv", "result.json", "summary.json"]
+
+
+def test_a_folder_whose_rename_fails_comes_back_as_it_was(tmp_path, monkeypatch):
+    cells = tmp_path / "cells"
+    for s in range(3):
+        _seed(cells / f"g-random-surrogate-soft_prob-s{s}", s, cell=True)
+    dest = tmp_path / "set"
+    copy_records([cells], dest)
+    before = {p.relative_to(dest): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    for s in range(3):
+        (cells / f"g-random-surrogate-soft_prob-s{s}" / "summary.json").write_text('{"status": "complete"}')
+    rename = Path.rename
+
+    def failing(self, target):  # the new folder cannot be moved into place
+        if self.name.endswith(".tmp"):
+            raise OSError("disk full")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing)
+    with pytest.raises(OSError, match="disk full"):
+        copy_records([cells], dest)
+    after = {p.relative_to(dest): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    assert after == before  # the old records, whole
+    assert not [p for p in dest.rglob(".*")]  # and no temporary folder left behind
 
 
 def test_the_command_says_what_it_left_out_and_refuses_bad_input(tmp_path, capsys):

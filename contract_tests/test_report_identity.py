@@ -165,6 +165,25 @@ def test_a_variant_split_by_machine_still_meets_its_preset_and_the_gap_is_writte
 
 
 @pytest.mark.slow
+def test_a_preset_and_its_variant_from_two_machines_are_marked_so(tmp_path):
+    # issue 58: the gap's "one machine" column says whether preset and variant ran on one torch build,
+    # CPU model, device and GPU; a variant timed on another CPU compares two machines' wall times
+    amd = {"cpu_model": "AMD EPYC", "cpu_capability": "AVX2", "torch_threads": 1, "device": "cpu"}
+    intel = {**amd, "cpu_model": "Intel Xeon", "cpu_capability": "AVX512"}
+    runs = (("maze", 0.5, amd), ("maze_fast", 0.4, intel), ("dissector", 0.6, amd), ("dissector_fast", 0.5, amd))
+    for label, base, machine in runs:
+        for seed in range(3):
+            write_seed(tmp_path / label / "t" / f"seed_{seed}", seed, base + 0.01 * seed, label=label,
+                       extra={"versions": {"torch": "2.14.1"}, "machine": machine, "timings_s": {"total": 10.0}})
+    files, _ = _report(tmp_path, tmp_path / "out")
+    rows = pd.read_csv(files["presets_csv"])
+    one = rows.groupby("preset")["one_machine"].agg(set).to_dict()
+    assert one == {"maze": {False}, "dissector": {True}}
+    shown = files["presets_md"].read_text()
+    assert "| no |" in shown and "| yes |" in shown
+
+
+@pytest.mark.slow
 def test_cells_kept_stale_are_marked(tmp_path):
     write_seed(tmp_path / "r" / "t" / "seed_0", 0, 0.5)
     write_seed(tmp_path / "r" / "t" / "seed_1", 1, 0.5,

@@ -75,6 +75,12 @@ def elapsed(time_log: Path) -> float:
     return sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
 
 
+def exit_status(time_log: Path) -> int:
+    """The command's exit status as ``/usr/bin/time -v`` printed it ("Exit status: N")."""
+    line = next(x for x in time_log.read_text().splitlines() if x.strip().startswith("Exit status:"))
+    return int(line.rsplit(":", 1)[1])
+
+
 def logged_load(load_log: Path, start: float, end: float) -> list[float]:
     rows = [x.split() for x in load_log.read_text().splitlines() if len(x.split()) == 2]
     return [float(v) for t, v in rows if start <= float(t) <= end]
@@ -88,7 +94,7 @@ def main() -> None:
         wall, end = elapsed(log), log.stat().st_mtime
         samples = logged_load(Path(head["--load-log"]), end - wall, end) or [float("nan")]
         cost = run_estimate(rest, load=sum(samples) / len(samples))
-        write(name, rest, 0, datetime.fromtimestamp(end - wall, timezone.utc).isoformat(timespec="seconds"),
+        write(name, rest, exit_status(log), datetime.fromtimestamp(end - wall, timezone.utc).isoformat(timespec="seconds"),
               cost, wall, samples, samples[-1])
         return
     cost = run_estimate(rest) if rest[:2] == ["mebench", "run"] else grid_estimate(rest)
