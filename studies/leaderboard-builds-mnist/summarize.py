@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from statistics import mean, stdev
 
+from mebench.report.document import fmt_mean_std, fmt_value  # the report's digits, so equal means print alike
+
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "leaderboard-builds-mnist"  # the set's records
 
@@ -69,11 +71,11 @@ def spread_table(set_dir: Path) -> str:
             build_means.append(mean(v))
             if len(v) > 1:
                 seed_stds.append(stdev(v))
-            cells.append(f"{mean(v):.4f} ± {stdev(v):.4f} (n={len(v)})" if len(v) > 1 else f"{v[0]:.4f} (n=1)")
-        across = f"{stdev(build_means):.4f}" if len(build_means) > 1 else "—"
-        within = f"{mean(seed_stds):.4f}" if seed_stds else "—"
+            cells.append(f"{fmt_mean_std(mean(v), stdev(v))} (n={len(v)})" if len(v) > 1 else f"{fmt_value(v[0])} (n=1)")
+        across = fmt_value(stdev(build_means)) if len(build_means) > 1 else "—"
+        within = fmt_value(mean(seed_stds)) if seed_stds else "—"
         rank = ", ".join(str(ranks[b].get(a, "—")) for b in builds)
-        lines.append("| " + " | ".join([a, *cells, f"{mean(build_means):.4f}", across, within, rank]) + " |")
+        lines.append("| " + " | ".join([a, *cells, fmt_value(mean(build_means)), across, within, rank]) + " |")
     complete = all(len(by[(a, b)]) == 3 for a in attacks for b in builds)
     holds = len({tuple(sorted(ranks[b].items())) for b in builds}) == 1
     note = (f"\nThe ranking (ties: equal means to 4 decimals) is {'the same' if holds else 'not the same'} in "
