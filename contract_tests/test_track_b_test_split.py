@@ -28,6 +28,13 @@ from test_maze import TINY as TINY_MAZE
 #: (test_attack_registry.py::test_track_b_does_not_depend_on_the_test_split).
 pytestmark = pytest.mark.slow
 DATA_FREE = {"dataset": {"data_mode": "data_free", "surrogate_name": None}}
+
+
+def SMOKE(name: str) -> dict[str, Any]:  # noqa: N802 (reads like the TINY presets beside it)
+    """The attack's registered smoke parameters; the base config's Random ``batch_size`` is dropped
+    (``None`` deletes a key in ``deep_update``) unless the attack has one of its own."""
+    return {"batch_size": None, **ATTACK_CLASSES.get(name).smoke_params}
+
 # (id, attack section, other sections): every attack with a Track B of its own
 ATTACKS = [
     ("jbda", {"name": "jbda", "params": {"augmentation": "jbda", "round_epochs": 1, "final_epochs": 1}}, {}),
@@ -47,6 +54,12 @@ ATTACKS = [
     ("maze", {"name": "maze", "params": TINY_MAZE}, DATA_FREE),
     ("dfms", {"name": "dfms", "params": TINY_DFMS}, {}),
     ("dfms_hl", {"name": "dfms_hl", "output_mode": "hard_top1", "params": TINY_DFMS}, {}),
+    # the attacks since 2022, at their registered smoke parameters
+    ("disguide", {"name": "disguide", "params": SMOKE("disguide")}, DATA_FREE),
+    ("dual_students", {"name": "dual_students", "params": SMOKE("dual_students")}, DATA_FREE),
+    ("ideal", {"name": "ideal", "output_mode": "hard_top1", "params": SMOKE("ideal")}, DATA_FREE),
+    ("qedg", {"name": "qedg", "output_mode": "hard_top1", "params": SMOKE("qedg")}, DATA_FREE),
+    ("swiftthief", {"name": "swiftthief", "params": SMOKE("swiftthief")}, {}),
 ]
 
 
