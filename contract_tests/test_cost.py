@@ -315,16 +315,23 @@ def test_activethief_cost_counts_its_selection_passes() -> None:
     assert whole.forward_examples == sum(60_000 - (300 + 140 * i) for i in range(5))
 
 
+def study(folder: str, script: str):
+    """A study script (``studies/<folder>/<script>``; not a package) loaded as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"study_{folder}_{Path(script).stem}", REPO / "studies" / folder / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_cost_study_log_names_the_machine(tmp_path, monkeypatch):
     # records name the CPU model (issue 58): the estimator's timing logs (results/cost/logs) too
-    import importlib.util
     from types import SimpleNamespace
 
     from mebench.support.runinfo import cpu_model
 
-    spec = importlib.util.spec_from_file_location("cost_timed", REPO / "studies" / "cost" / "timed.py")
-    timed = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(timed)
+    timed = study("cost", "timed.py")
     monkeypatch.setattr(timed, "HERE", tmp_path)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     cost = SimpleNamespace(wall_seconds=12.34, phases={"attack": 10.0}, line=lambda: "estimate ~12 s",
@@ -338,11 +345,7 @@ def test_the_cost_study_log_names_the_machine(tmp_path, monkeypatch):
 def test_a_command_timed_afterwards_keeps_its_exit_status(tmp_path):
     # results are records of what happened: a command timed from its `/usr/bin/time -v` log records the
     # exit status and wall time that log printed, not a fixed 0
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("cost_timed", REPO / "studies" / "cost" / "timed.py")
-    timed = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(timed)
+    timed = study("cost", "timed.py")
     log = tmp_path / "time.log"
     log.write_text("\tCommand being timed: \"mebench run c.yaml\"\n"
                    "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03.5\n"
@@ -354,12 +357,9 @@ def test_a_command_timed_afterwards_keeps_its_exit_status(tmp_path):
 def test_the_scale_pages_idle_estimates_come_from_a_script(tmp_path):
     # results are data: results/scale/idle_estimates.json is written by studies/scale/idle_estimates.py,
     # the estimate of each timed command at load 0, not typed
-    import importlib.util
     from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("scale_idle", REPO / "studies" / "scale" / "idle_estimates.py")
-    idle = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(idle)
+    idle = study("scale", "idle_estimates.py")
     (tmp_path / "random_seed_1m.json").write_text(json.dumps({"command": "mebench run c.yaml --seeds 0 --threads 1"}))
     seen = []
 

@@ -472,6 +472,7 @@ def cmd_records(args: argparse.Namespace) -> int:
     """Copy the finished seed-runs below each source into a result set (mebench.report.publish)."""
     from mebench.report.load import NoResultsError
     from mebench.report.publish import copy_records
+    from mebench.support.naming import plural
 
     if args.min_seeds < 1:
         raise ConfigError("--min-seeds", args.min_seeds, "must be at least 1")
@@ -482,7 +483,7 @@ def cmd_records(args: argparse.Namespace) -> int:
         return 1
     for line in done.skipped:
         print(f"left out {line}")
-    print(f"copied {len(done.copied)} seed-run{'s' if len(done.copied) != 1 else ''} into {args.into}"
+    print(f"copied {len(done.copied)} {plural(len(done.copied), 'seed-run')} into {args.into}"
           f"{f'; left out {len(done.skipped)}' if done.skipped else ''}")
     return 0 if done.copied else 1
 

@@ -48,6 +48,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from mebench.support.naming import plural
+
 #: Gradient steps of one CW crafting at mebench.probes.transferability.transfer's defaults (cw_binary_steps x cw_steps).
 CW_STEPS = 3 * 50
 
@@ -106,10 +108,6 @@ class Cost:
                 f"{self.track_a_steps:,} Track A steps, largest budget {self.max_budget:,}; "
                 f"estimate ~{human(self.wall_seconds)} wall on {self.workers} {plural(self.workers, 'worker')} x "
                 f"{self.threads} {plural(self.threads, 'thread')} ({parts or 'no phase over 1 s'}; {self.calibration})")
-
-
-def plural(n: int, word: str) -> str:
-    return word if n == 1 else word + "s"
 
 
 def human(seconds: float) -> str:

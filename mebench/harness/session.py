@@ -174,7 +174,8 @@ class BenchSession(RunFolders, JsonReport):
         """The estimate of the cells that will run (those not in ``kept``, cell id -> the record
         ``--resume`` keeps) and its line; when cells are kept, a second line: how many, and per label
         their measured ``timings_s.total`` against mebench's estimate for them (the estimate's own check)."""
-        from mebench.harness.cost import human, plural
+        from mebench.harness.cost import human
+        from mebench.support.naming import plural
 
         run = [c for c in cells if c.id not in kept]
         cost = self.estimate(run)

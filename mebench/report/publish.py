@@ -19,7 +19,7 @@ from typing import Iterable
 
 from mebench.report.folders import SEED_DIR_RE
 from mebench.report.load import NoResultsError, load_runs_folder
-from mebench.support.naming import QUERY_CACHE_DIR, cell_condition
+from mebench.support.naming import QUERY_CACHE_DIR, cell_condition, plural
 
 #: What a set never holds: weights, checkpoints and query caches.
 LEFT_OUT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".onnx", ".ts")
@@ -92,8 +92,8 @@ def copy_records(sources: Iterable[Path], dest: Path, min_seeds: int = 3) -> Cop
             groups[group_of(folder, source)].append(folder)
         for group, folders in sorted(groups.items()):
             if len(folders) < min_seeds:
-                done.skipped += [f"{f}: its group {group} has {len(folders)} finished seed-run"
-                                 f"{'s' if len(folders) != 1 else ''}, fewer than {min_seeds}" for f in folders]
+                done.skipped += [f"{f}: its group {group} has {len(folders)} finished "
+                                 f"{plural(len(folders), 'seed-run')}, fewer than {min_seeds}" for f in folders]
                 continue
             for folder in folders:
                 rel = folder.relative_to(source)

@@ -28,6 +28,7 @@ import pandas as pd
 
 from mebench.report.document import Block, budget_label
 from mebench.report.stats import CI_TEXT
+from mebench.support.naming import plural
 from mebench.training import health
 
 VERDICTS = ("above", "same queries", "level", "below", "few seeds")
@@ -71,7 +72,7 @@ def collapse_marks(health_rows: pd.DataFrame | None) -> dict[tuple, str]:
         parts = []
         for b, gb in g.groupby("checkpoint_B", sort=True):
             n = gb["seed"].nunique()
-            parts.append(f"{budget_label(int(b))} {n} seed{'s' if n != 1 else ''}")
+            parts.append(f"{budget_label(int(b))} {n} {plural(n, 'seed')}")
         marks[tuple(key)] = f" [Track A collapsed: {', '.join(parts)}]"
     return marks
 

@@ -24,6 +24,11 @@ def cell_condition(cell_id: str) -> str:
     return CELL_SEED_RE.sub("", cell_id)
 
 
+def plural(n: int, word: str) -> str:
+    """``word`` for one, ``word + "s"`` otherwise (the lines mebench prints: "1 cell", "3 cells")."""
+    return word if n == 1 else word + "s"
+
+
 def unused_stamp_dir(parent: Path) -> Path:
     """``<parent>/<UTC timestamp>`` that does not exist yet (``-1``, ``-2`` ... when taken); not created."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
