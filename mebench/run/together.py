@@ -11,8 +11,8 @@ See docs/guide/performance.md.
 # ``contract_tests/test_track_a_batched.py``).
 #
 # Whether it pays depends on the device (``DEFAULT_ON``, from ``benchmarks/perf/test_seeds_together.py``,
-# records in ``results/perf/``): on the CPU three stacked seeds take as long as three seeds one by
-# one, so the default there is off. On CUDA the stacked seeds train as one captured graph
+# records in ``results/perf/``): on the CPU three stacked seeds were measured slower than three
+# seeds one by one, so the default there is off. On CUDA the stacked seeds train as one captured graph
 # (``mebench.training.graphed``); the default there turns on once the GPU check's committed record
 # (``benchmarks/gpu/check.sh``, ``results/perf/gpu/``) shows them faster than one by one; until then it is off.
 
