@@ -6,8 +6,8 @@ opt-in and change results (each path and its measured speed is below). Everythin
 of layout, kernels or precision around ``train_steps``; the batch order, the loss and the
 optimizer are untouched. Opt-in options are recorded in the plan. See docs/guide/performance.md.
 """
-# Measured on a 2-core AMD EPYC (AVX-512, AVX512-BF16) at one torch thread (``benchmarks/perf/test_roofline.py``, records
-# under ``results/perf/``; ``docs/guide/performance.md``):
+# Measured on a 2-core AMD EPYC (AVX-512, AVX512-BF16) at one torch thread
+# (``benchmarks/perf/test_roofline.py``, records under ``results/perf/``; ``docs/guide/performance.md``):
 #
 # - **default, bit-identical**: on the CPU, the substitute's plain 2x2 max-pooling layers train
 #   through ``mebench.training.maxpool`` (same values, same argmax, PyTorch's own backward
@@ -20,8 +20,9 @@ optimizer are untouched. Opt-in options are recorded in the plan. See docs/guide
 # - ``bf16`` (opt-in): the forward pass under ``torch.autocast`` with bfloat16 (convolutions and
 #   matrix products in bfloat16 with fp32 accumulation; the loss, the gradients' parameters and
 #   the optimizer stay fp32). On CPUs with AVX512-BF16 the convolutions run faster (ResNet-8's
-#   3x3 convolutions 1.8x; LeNet-5's only together with channels_last); it changes results well beyond rounding of the last bits, so
-#   its effect on the metrics is measured over 3 seeds on the performance page.
+#   3x3 convolutions 1.8x; LeNet-5's only together with channels_last); it changes results well
+#   beyond rounding of the last bits, so its effect on the metrics is measured over 3 seeds on the
+#   performance page.
 # - ``torch.compile`` (inductor) of the substitute was measured slower than eager for LeNet-5 at
 #   batch 128 on one CPU thread and is not offered.
 
