@@ -14,7 +14,8 @@ grid's attacker pool (the other dataset's test split, in a seeded order):
   program solved 512 answers at a time (mebench) against 32 at a time (the reference's query batch):
   the share of answers whose vertex differs.
 
-Writes ``deviations.json`` next to this file:
+Writes ``results/modelguard/deviations.json``, with the machine it ran on (CPU model, the instruction
+set torch's kernels used and any cap on it, torch and SciPy versions, threads):
 
     python studies/modelguard/deviations.py
 """
@@ -34,6 +35,7 @@ from mebench.data.profiles import get_profile
 from mebench.defenses import modelguard
 from mebench.defenses.modelguard import LOG_FLOOR, Codebook, modelguard_w_lp
 from mebench.models.registry import MODELS, Normalized
+from mebench.support.runinfo import cpu_capability, cpu_model, isa_overrides
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "modelguard"  # the set's records (this script lives in studies/)
 ROOT = HERE.parents[1]
@@ -107,7 +109,11 @@ def lp_solvers(y: torch.Tensor) -> dict:
 def main() -> None:
     torch.set_num_threads(1)
     root = resolve_data_root(os.environ.get("MEBENCH_DATA_ROOT"), command="run")
-    out = {"epsilon": EPSILON, "order_seed": ORDER_SEED, "victims": {}}
+    import scipy
+
+    out = {"epsilon": EPSILON, "order_seed": ORDER_SEED, "victims": {},
+           "machine": {"cpu_model": cpu_model(), "cpu_capability": cpu_capability(), "isa_overrides": isa_overrides(),
+                       "torch": torch.__version__, "scipy": scipy.__version__, "torch_threads": torch.get_num_threads()}}
     for vid, (dataset, pool) in VICTIMS.items():
         model = load(vid, dataset)
         x, _ = load_split(dataset, root, train=False)
