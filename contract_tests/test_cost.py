@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _studies import study
 
 from mebench.defenses import DEFENSES
 from mebench.harness.cost import estimate
@@ -313,16 +314,6 @@ def test_activethief_cost_counts_its_selection_passes() -> None:
     # with no candidate factor, the whole pool (60,000 less what was bought) is scored each round
     whole = At.training_cost(At.Params(strategy="uncertainty", rounds=5, patience=20), (1000,), 1000)
     assert whole.forward_examples == sum(60_000 - (300 + 140 * i) for i in range(5))
-
-
-def study(folder: str, script: str):
-    """A study script (``studies/<folder>/<script>``; not a package) loaded as a module."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"study_{folder}_{Path(script).stem}", REPO / "studies" / folder / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_cost_study_log_names_the_machine(tmp_path, monkeypatch):

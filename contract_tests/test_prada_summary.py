@@ -5,20 +5,13 @@ not, never an interval of a 0/1 mean over 3 streams; min W gets the report's pai
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from _studies import study
 
 
 @pytest.fixture(scope="module")
 def summarize():
-    spec = importlib.util.spec_from_file_location("prada_summarize", ROOT / "studies" / "prada" / "summarize.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return study("prada", "summarize.py")
 
 
 def test_flag_counts_get_the_exact_mcnemar_test(summarize):

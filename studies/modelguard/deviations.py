@@ -35,7 +35,7 @@ from mebench.data.profiles import get_profile
 from mebench.defenses import modelguard
 from mebench.defenses.modelguard import LOG_FLOOR, Codebook, modelguard_w_lp
 from mebench.models.registry import MODELS, Normalized
-from mebench.support.runinfo import cpu_capability, cpu_model, isa_overrides
+from mebench.support.runinfo import machine_info
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "modelguard"  # the set's records (this script lives in studies/)
 ROOT = HERE.parents[1]
@@ -112,8 +112,7 @@ def main() -> None:
     import scipy
 
     out = {"epsilon": EPSILON, "order_seed": ORDER_SEED, "victims": {},
-           "machine": {"cpu_model": cpu_model(), "cpu_capability": cpu_capability(), "isa_overrides": isa_overrides(),
-                       "torch": torch.__version__, "scipy": scipy.__version__, "torch_threads": torch.get_num_threads()}}
+           "machine": {**machine_info("cpu"), "torch": torch.__version__, "scipy": scipy.__version__}}
     for vid, (dataset, pool) in VICTIMS.items():
         model = load(vid, dataset)
         x, _ = load_split(dataset, root, train=False)
