@@ -120,6 +120,11 @@ def test_caption_names_the_machines_the_records_ran_on():
     assert mixed.endswith("**Spans several machines:** torch 2.11.0, AMD EPYC (AVX2), cuda:0 NVIDIA H200, 1 thread "
                           "(1 seed-run); torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread (2 seed-runs); "
                           "torch ?, CPU model not recorded, cpu, 2 threads (1 seed-run).")
+    bench = {**here, "kind": docs.BENCH_KIND}  # a detection-benchmark record names its machine as a seed-run does
+    assert docs.caption("s", [bench]).endswith(" Ran on: torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread.")
+    assert docs.caption("s", [here, bench, older]).endswith(
+        "**Spans several machines:** torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread (1 seed-run, 1 detection-benchmark "
+        "record); torch ?, CPU model not recorded, cpu, 2 threads (1 seed-run).")
     capped = {**here, "machine": {**here["machine"], "cpu_capability": "AVX2",
                                   "isa_overrides": {"DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}}
     assert docs.caption("s", [capped]).endswith(" Ran on: torch 2.14.1, AMD EPYC (AVX2) capped by "

@@ -155,13 +155,19 @@ def caption(set_name: str, summaries: list[dict]) -> str:
     several = any(n > 1 for n in by_id.values())
     parts.append(("**Spans several builds of one victim:** " if several else "Victim builds: ")
                  + "; ".join(victims) + ".")
-    machines = Counter(machine_of(s) for s in summaries if s.get("kind") != BENCH_KIND)
+    machines = Counter(machine_of(s) for s in summaries)  # a detection-benchmark record names its machine too
     if len(machines) > 1:
-        runs = [f"{m} ({n} seed-run{'' if n == 1 else 's'})" for m, n in sorted(machines.items())]
+        kinds = Counter((machine_of(s), s.get("kind") == BENCH_KIND) for s in summaries)
+        runs = [f"{m} (" + ", ".join(_count(kinds[m, bench], "detection-benchmark record" if bench else "seed-run")
+                                     for bench in (False, True) if kinds[m, bench]) + ")" for m in sorted(machines)]
         parts.append("**Spans several machines:** " + "; ".join(runs) + ".")
     elif machines:
         parts.append(f"Ran on: {next(iter(machines))}.")
     return " ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\((?!https?://)([^)]*)\)")

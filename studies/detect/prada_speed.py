@@ -34,6 +34,7 @@ from mebench.detection.bench import benign_record
 from mebench.harness.grid import load_grid
 from mebench.support.identity import code_identity
 from mebench.support.inference import chunked
+from mebench.support.runinfo import library_versions, machine_info
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "detect"  # the set's records (this script lives in studies/)
 CONFIG = "configs/benchmarks/detect/mnist_detect.yaml"
@@ -67,6 +68,7 @@ def main(n: int, rounds: int) -> dict:
             "identical_records": records["before"] == records["after"],
             "flagged": sum(r["flagged_at"] is not None for r in records["after"]),
             "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "code_identity": code_identity(),
+            "versions": library_versions(), "machine": machine_info(str(prep.device)),
             "completed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -34,6 +34,7 @@ from mebench.errors import DataMissingError
 from mebench.harness.grid import load_grid
 from mebench.support.identity import code_identity
 from mebench.support.inference import chunked
+from mebench.support.runinfo import library_versions, machine_info
 from mebench.support.seeding import derive_seed, seed_everything
 from mebench.state import EngineState
 from mebench.run.world import defense_for
@@ -139,6 +140,7 @@ def run(path: str, seeds: list[int] | None = None, max_seeds: dict[str, int] | N
                            "evasion_shares": list(EVASION), "max_seeds": max_seeds or {},
                            "overlap_first_200_benign": clash,
                            "code_identity": code_identity(), "torch_threads": torch.get_num_threads(),
+                           "versions": library_versions(), "machine": machine_info(str(prep.device)),
                            "detectors": {}}
     for label, cell in detectors(cells).items():
         fresh = lambda purpose: defense_for(cell.plan, prep, 0, purpose)  # noqa: E731
