@@ -125,6 +125,12 @@ def test_caption_names_the_machines_the_records_ran_on():
     assert docs.caption("s", [here, bench, older]).endswith(
         "**Spans several machines:** torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread (1 seed-run, 1 detection-benchmark "
         "record); torch ?, CPU model not recorded, cpu, 2 threads (1 seed-run).")
+    study = {"code_identity": "c", "versions": {"torch": "2.14.1"}, "machine": here["machine"],
+             "victims": {"v": {"sha256": "f" * 64, "test_accuracy": 0.99}, "w": {"sha256": "e" * 64}}}
+    with_study = docs.caption("s", [here, {**study, "kind": docs.STUDY_KIND}])  # a study record names its own
+    assert with_study.startswith("*Generated from `results/s`: 1 seed-run, 1 study record.* Code identity: `c`. "
+                                 "Victim builds: v sha256 ffffffffffff (test accuracy 0.99); w sha256 eeeeeeeeeeee "
+                                 "(test accuracy ?). Ran on: torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread.")
     capped = {**here, "machine": {**here["machine"], "cpu_capability": "AVX2",
                                   "isa_overrides": {"DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}}
     assert docs.caption("s", [capped]).endswith(" Ran on: torch 2.14.1, AMD EPYC (AVX2) capped by "
@@ -201,6 +207,10 @@ def test_summaries_are_read_from_complete_runs_only(tmp_path):
         if metrics is not None:
             (d / "metrics.csv").write_text(metrics)
     assert len(docs.record_summaries(tmp_path)) == 1
+    (tmp_path / "deviations.json").write_text(json.dumps({"code_identity": "c", "machine": {}}))  # a study's record
+    (tmp_path / "ok" / "deviations.json").write_text("{}")  # only a set's own top level holds its study records
+    kinds = [s.get("kind") for s in docs.record_summaries(tmp_path)]
+    assert kinds.count(docs.STUDY_KIND) == 1 and len(kinds) == 2
 
 
 # results/ holds records only: the scripts that made or summarise a set live in studies/<set>/ and none

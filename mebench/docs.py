@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import re
 import sys
@@ -87,9 +88,21 @@ def record_summaries(set_dir: Path) -> list[dict]:
 
     try:
         runs = [dict(rec.summary) for rec in load_records([set_dir]) if rec.ok]
-    except NoResultsError:  # a set of detection-benchmark records only (results/detect)
+    except NoResultsError:  # a set of detection-benchmark or study records only (results/detect)
         runs = []
-    return runs + find_benches([set_dir])
+    return runs + find_benches([set_dir]) + study_records(set_dir)
+
+
+STUDY_RECORDS = ("deviations.json",)
+"""A study script's record at a set's top level (``studies/<set>/deviations.py``), which names its code
+identity, library versions, machine and (where it has its own) the victim builds it read, as a seed-run does."""
+STUDY_KIND = "mebench-study"
+
+
+def study_records(set_dir: Path) -> list[dict]:
+    """The set's study records (:data:`STUDY_RECORDS`), each marked ``kind`` :data:`STUDY_KIND` for the caption."""
+    found = (set_dir / name for name in STUDY_RECORDS)
+    return [{**json.loads(f.read_text(encoding="utf-8")), "kind": STUDY_KIND} for f in found if f.is_file()]
 
 
 def code_of(summary: dict) -> str:
@@ -140,26 +153,26 @@ def caption(set_name: str, summaries: list[dict]) -> str:
     builds and machines (torch build, CPU model, device, threads); says so when records span several."""
     codes = sorted({code_of(s) for s in summaries})
     builds: dict[str, str] = {}  # "<victim_id> sha256 <sha>" -> its description, the fullest its records give
-    for described in (victim_of(s) for s in summaries):
+    for described in (victim_of(v) for s in summaries for v in _victims(s)):
         key = described.partition(" (")[0]
         builds[key] = max(builds.get(key, ""), described, key=len)
     victims = sorted(builds.values())
     by_id: dict[str, int] = {}
     for v in victims:
         by_id[v.split(" ")[0]] = by_id.get(v.split(" ")[0], 0) + 1
-    benches = sum(s.get("kind") == BENCH_KIND for s in summaries)
-    counted = f"{len(summaries) - benches} seed-runs" + (f", {benches} detection-benchmark records" if benches else "")
+    kinds = Counter(_noun(s) for s in summaries)
+    counted = ", ".join(_count(kinds[noun], noun) for noun in NOUNS if kinds[noun] or noun == "seed-run")
     parts = [f"*Generated from `{RESULTS}/{set_name}`: {counted}.*"]
     parts.append(("**Spans several code identities:** " if len(codes) > 1 else "Code identity: ")
                  + ", ".join(f"`{c}`" for c in codes) + ".")
     several = any(n > 1 for n in by_id.values())
     parts.append(("**Spans several builds of one victim:** " if several else "Victim builds: ")
                  + "; ".join(victims) + ".")
-    machines = Counter(machine_of(s) for s in summaries)  # a detection-benchmark record names its machine too
+    machines = Counter(machine_of(s) for s in summaries)  # benchmark and study records name their machine too
     if len(machines) > 1:
-        kinds = Counter((machine_of(s), s.get("kind") == BENCH_KIND) for s in summaries)
-        runs = [f"{m} (" + ", ".join(_count(kinds[m, bench], "detection-benchmark record" if bench else "seed-run")
-                                     for bench in (False, True) if kinds[m, bench]) + ")" for m in sorted(machines)]
+        where = Counter((machine_of(s), _noun(s)) for s in summaries)
+        runs = [f"{m} (" + ", ".join(_count(where[m, noun], noun) for noun in NOUNS if where[m, noun]) + ")"
+                for m in sorted(machines)]
         parts.append("**Spans several machines:** " + "; ".join(runs) + ".")
     elif machines:
         parts.append(f"Ran on: {next(iter(machines))}.")
@@ -168,6 +181,23 @@ def caption(set_name: str, summaries: list[dict]) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+NOUNS = ("seed-run", "detection-benchmark record", "study record")
+"""What the caption counts, in its order: a seed-run, a detection-benchmark record, a study record."""
+
+
+def _noun(record: dict) -> str:
+    return {BENCH_KIND: NOUNS[1], STUDY_KIND: NOUNS[2]}.get(record.get("kind"), NOUNS[0])
+
+
+def _victims(record: dict) -> list[dict]:
+    """A record's victim builds, each as a seed-run's ``victim`` section: a seed-run's (or benchmark's) one,
+    a study record's ``victims`` (``{victim_id: {"sha256", "test_accuracy"}}``; none when it has none)."""
+    if record.get("kind") != STUDY_KIND:
+        return [record]
+    return [{"victim": {"victim_id": vid, "checkpoint_sha256": v.get("sha256"), "test_accuracy": v.get("test_accuracy")}}
+            for vid, v in (record.get("victims") or {}).items()]
 
 
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\((?!https?://)([^)]*)\)")

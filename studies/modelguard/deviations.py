@@ -14,8 +14,9 @@ grid's attacker pool (the other dataset's test split, in a seeded order):
   program solved 512 answers at a time (mebench) against 32 at a time (the reference's query batch):
   the share of answers whose vertex differs.
 
-Writes ``results/modelguard/deviations.json``, with the machine it ran on (CPU model, the instruction
-set torch's kernels used and any cap on it, torch and SciPy versions, threads):
+Writes ``results/modelguard/deviations.json``, with the code identity, the library versions (SciPy's too),
+the machine it ran on (CPU model, the instruction set torch's kernels used and any cap on it, threads) and
+each victim's build (sha256, test accuracy): the docs caption reads it as a study record.
 
     python studies/modelguard/deviations.py
 """
@@ -35,7 +36,8 @@ from mebench.data.profiles import get_profile
 from mebench.defenses import modelguard
 from mebench.defenses.modelguard import LOG_FLOOR, Codebook, modelguard_w_lp
 from mebench.models.registry import MODELS, Normalized
-from mebench.support.runinfo import machine_info
+from mebench.support.identity import code_identity
+from mebench.support.runinfo import library_versions, machine_info
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "modelguard"  # the set's records (this script lives in studies/)
 ROOT = HERE.parents[1]
@@ -111,8 +113,9 @@ def main() -> None:
     root = resolve_data_root(os.environ.get("MEBENCH_DATA_ROOT"), command="run")
     import scipy
 
-    out = {"epsilon": EPSILON, "order_seed": ORDER_SEED, "victims": {},
-           "machine": {**machine_info("cpu"), "torch": torch.__version__, "scipy": scipy.__version__}}
+    # where it ran, as a seed-run's summary.json says it (the docs caption reads it as a study record)
+    out = {"epsilon": EPSILON, "order_seed": ORDER_SEED, "victims": {}, "code_identity": code_identity(),
+           "versions": {**library_versions(), "scipy": scipy.__version__}, "machine": machine_info("cpu")}
     for vid, (dataset, pool) in VICTIMS.items():
         model = load(vid, dataset)
         x, _ = load_split(dataset, root, train=False)
@@ -121,6 +124,7 @@ def main() -> None:
         streams = {"test": probs(model, x), "pool_test": probs(model, xp[order])}
         meta = json.loads((ROOT / "victims" / f"{vid}.json").read_text())
         out["victims"][vid] = {"dataset": dataset, "pool": pool, "sha256": meta["sha256"],
+                               "test_accuracy": meta.get("test_accuracy"),
                                "modelguard_s_precision": {k: codebook_precision(v) for k, v in streams.items()},
                                "modelguard_w_solvers": {k: lp_solvers(v) for k, v in streams.items()}}
     atomic_write_text(HERE / "deviations.json", json.dumps(out, indent=1) + "\n")
