@@ -14,7 +14,7 @@ cell Track A's change in agreement against no defense, paired by seed with the r
 (``mebench.report.defenses.defense_matrix``); the first row is the undefended agreement.
 ``mebench docs`` calls ``tables(set_dir)`` for both.
 
-    python studies/defenses/summarize.py      # prints the table
+    python studies/defenses/summarize.py      # prints both tables
 """
 
 from __future__ import annotations
