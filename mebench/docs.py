@@ -168,14 +168,14 @@ def caption(set_name: str, summaries: list[dict]) -> str:
     several = any(n > 1 for n in by_id.values())
     parts.append(("**Spans several builds of one victim:** " if several else "Victim builds: ")
                  + "; ".join(victims) + ".")
-    machines = Counter(machine_of(s) for s in summaries)  # benchmark and study records name their machine too
+    where = Counter((machine_of(s), _noun(s)) for s in summaries)  # benchmark and study records name theirs too
+    machines = sorted({m for m, _ in where})
     if len(machines) > 1:
-        where = Counter((machine_of(s), _noun(s)) for s in summaries)
         runs = [f"{m} (" + ", ".join(_count(where[m, noun], noun) for noun in NOUNS if where[m, noun]) + ")"
-                for m in sorted(machines)]
+                for m in machines]
         parts.append("**Spans several machines:** " + "; ".join(runs) + ".")
     elif machines:
-        parts.append(f"Ran on: {next(iter(machines))}.")
+        parts.append(f"Ran on: {machines[0]}.")
     return " ".join(parts)
 
 

@@ -20,19 +20,21 @@ cell Track A's change in agreement against no defense, paired by seed with the r
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 import pandas as pd
+
+from mebench.report.document import Block, budget_label, fmt_gain, render_markdown, table
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "defenses"  # the set's records (this script lives in studies/)
 FIXED = ("test_accuracy", "agreement_with_undefended", "mean_abs_perturbation")
 
 
-def utility_frame(set_dir: Path = HERE) -> pd.DataFrame:
-    """One row per defended seed-run the report reads: victim, defense label and its ``defense.utility``."""
-    from mebench.report.load import load_records
-
+def utility_frame(records: Iterable) -> pd.DataFrame:
+    """One row per defended seed-run the report reads (``records``: ``mebench.report.load.load_records``):
+    victim, defense label and its ``defense.utility``."""
     rows = []
-    for rec in load_records([set_dir]):
+    for rec in records:
         defense = rec.summary.get("defense") or {}
         utility = defense.get("utility") or {}
         if not rec.ok or not utility:
@@ -44,54 +46,52 @@ def utility_frame(set_dir: Path = HERE) -> pd.DataFrame:
 
 def utility_table(frame: pd.DataFrame) -> str:
     """Markdown: per victim and defense, the fitted defense's cost and its time per 1,000 answers."""
-    lines = ["| victim | defense | runs | defended test accuracy | agreement with undefended | mean \\|Δp\\| "
-             "| s / 1,000 answers, median [range] | overhead over none, s / 1,000, median |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for (victim, defense), g in frame.groupby(["victim", "defense"], sort=True):
-        spread = [g[k].max() - g[k].min() for k in FIXED]
-        note = "" if max(spread) < 1e-9 else f" (differs across runs by up to {max(spread):.1e})"
+        spread = max(g[k].max() - g[k].min() for k in FIXED)
+        note = "" if spread < 1e-9 else f" (differs across runs by up to {spread:.1e})"
         s = g["seconds_per_1000_answers"]
-        lines.append(f"| {victim} | {defense} | {len(g)} | {g['test_accuracy'].iloc[0]:.4f}{note} "
-                     f"| {g['agreement_with_undefended'].iloc[0]:.4f} | {g['mean_abs_perturbation'].iloc[0]:.4f} "
-                     f"| {s.median():.3f} [{s.min():.3f}, {s.max():.3f}] "
-                     f"| {g['overhead_seconds_per_1000'].median():+.3f} |")
-    return "\n".join(lines) + "\n"
+        rows.append([victim, defense, str(len(g)), f"{g['test_accuracy'].iloc[0]:.4f}{note}",
+                     f"{g['agreement_with_undefended'].iloc[0]:.4f}", f"{g['mean_abs_perturbation'].iloc[0]:.4f}",
+                     f"{s.median():.3f} [{s.min():.3f}, {s.max():.3f}]",
+                     f"{g['overhead_seconds_per_1000'].median():+.3f}"])
+    return render_markdown([table(["victim", "defense", "runs", "defended test accuracy", "agreement with undefended",
+                                   "mean |Δp|", "s / 1,000 answers, median [range]",
+                                   "overhead over none, s / 1,000, median"], rows)])
 
 
 def protection_table(matrix: pd.DataFrame) -> str:
     """Markdown: per (dataset, budget), Track A agreement without a defense and its change behind each one."""
-    from mebench.report.document import budget_label, fmt_gain
-
-    a = matrix[matrix["track"] == "A"]
-    out = []
-    for (dataset, budget), m in a.groupby(["dataset", "checkpoint_B"], sort=True):
-        columns = sorted({(r.label, r.data_mode, r.output_mode) for r in m.itertuples()},
-                         key=lambda c: (c[1], c[0], c[2] != "soft_prob"))
-        head = [f"{label} ({mode})" for label, _, mode in columns]
-        out += [f"### {dataset} · Track A · {budget_label(int(budget))}", "",
-                "| defense | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    blocks = []
+    for (dataset, budget), m in matrix[matrix["track"] == "A"].groupby(["dataset", "checkpoint_B"], sort=True):
+        found = {(r.defense, r.label, r.data_mode, r.output_mode): r for r in m.itertuples()}
+        columns = sorted({key[1:] for key in found}, key=lambda c: (c[1], c[0], c[2] != "soft_prob"))
+        rows = []
         for defense in sorted(m["defense"].unique(), key=lambda d: (d != "none", d)):
-            cells = []
-            for label, dm, mode in columns:
-                hit = m[(m["defense"] == defense) & (m["label"] == label) & (m["data_mode"] == dm)
-                        & (m["output_mode"] == mode)]
-                if hit.empty:
-                    cells.append("–")
-                    continue
-                r = hit.iloc[0]
-                cells.append(f"{r['agreement_mean']:.3f}" if defense == "none" else
-                             fmt_gain(r["drop_mean"], r["drop_ci_low"], r["drop_ci_high"], int(r["drop_n"])))
-            out.append(f"| {'none (agreement)' if defense == 'none' else defense} | " + " | ".join(cells) + " |")
-        out.append("")
-    return "\n".join(out)
+            cells = [_protection_cell(found.get((defense, *c))) for c in columns]
+            rows.append(["none (agreement)" if defense == "none" else defense, *cells])
+        blocks += [Block("h3", f"{dataset} · Track A · {budget_label(int(budget))}"),
+                   table(["defense", *(f"{label} ({mode})" for label, _, mode in columns)], rows)]
+    return render_markdown(blocks)
+
+
+def _protection_cell(r) -> str:
+    """The undefended agreement, a defended row's paired change, or "–" where the grid has no such cell."""
+    if r is None:
+        return "–"
+    if r.defense == "none":
+        return f"{r.agreement_mean:.3f}"
+    return fmt_gain(r.drop_mean, r.drop_ci_low, r.drop_ci_high, int(r.drop_n))
 
 
 def tables(set_dir: Path = HERE) -> dict[str, str]:
+    """The set's tables for ``mebench docs``; its records are read once for both."""
     from mebench.report.defenses import defense_matrix
-    from mebench.report.load import load_results
+    from mebench.report.load import load_records, results_frame
 
-    return {"utility.md": utility_table(utility_frame(set_dir)),
-            "protection.md": protection_table(defense_matrix(load_results(set_dir)))}
+    records = load_records([set_dir])
+    return {"utility.md": utility_table(utility_frame(records)),
+            "protection.md": protection_table(defense_matrix(results_frame(records, [set_dir])))}
 
 
 if __name__ == "__main__":
