@@ -45,6 +45,8 @@ def test_summary_records_metadata_numbers_as_numbers(make_cfg):
     assert isinstance(s["queries_per_second"], float) and s["queries_per_second"] > 0
     assert {"collect", "track_a", "total"} <= set(s["timings_s"])
     assert s["versions"]["torch"] and "commit" in s["git"] and s["machine"]["device"] == "cpu"
+    # every package whose version can move a result is named (SciPy: PRADA and ModelGuard-W run on it)
+    assert {"torch", "torchvision", "numpy", "scipy"} <= set(s["versions"])
     assert s["attack"]["name"] == "random" and s["attack"]["data_modes"] == ["seed", "surrogate"]
     assert s["attack_stats"] == {}  # Random's work is fixed by its parameters: nothing to count
     assert isinstance(s["machine"]["isa_overrides"], dict)

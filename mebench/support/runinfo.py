@@ -26,8 +26,9 @@ def git_commit() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-#: The installed packages whose versions can change results; recorded with every run and report.
-VERSIONED_PACKAGES: tuple[str, ...] = ("mebench", "torch", "torchvision", "numpy", "pandas", "matplotlib", "PyYAML")
+#: The installed packages whose versions can change results; recorded with every run and report
+#: (SciPy: PRADA's Shapiro-Wilk test and ModelGuard-W's linear program run on it).
+VERSIONED_PACKAGES: tuple[str, ...] = ("mebench", "torch", "torchvision", "numpy", "scipy", "pandas", "matplotlib", "PyYAML")
 
 
 @lru_cache(maxsize=1)
