@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from mebench.report.document import fmt_gain, fmt_mean_std
+from mebench.report.document import Block, fmt_gain, fmt_mean_std, render_markdown, table
 from mebench.report.stats import paired_ci
 
 HERE = Path(__file__).resolve().parents[2] / "results" / "adaptive-misinformation"  # the set's records (this script lives in studies/)
@@ -103,21 +103,17 @@ def _acc(recs: dict, folder: str, victim: str, label: str) -> str:
 
 
 def oe_table(recs: dict) -> str:
-    head = ("| dataset | victim | AM recipe | defended test acc | " +
-            " | ".join(f"none @{b // 1000}k | AM @{b // 1000}k | protection @{b // 1000}k" for b in BUDGETS) + " |")
-    rows = [head, "|" + "---|" * (4 + 3 * len(BUDGETS))]
+    head = ["dataset", "victim", "AM recipe", "defended test acc",
+            *(f"{h} @{b // 1000}k" for b in BUDGETS for h in ("none", "AM", "protection"))]
+    rows = []
     for ds, kind, folder, victim, label, recipe in OE_SETTINGS:
         cells = []
         for b in BUDGETS:
             none = _series(recs, _none_folder(folder), victim, "none", b)
             dfd = _series(recs, folder, victim, label, b)
             cells += [_ms(none), _ms(dfd), _gain(_paired(none, dfd))]
-        rows.append(f"| {ds} | {victim} ({kind}) | `{recipe}` | {_acc(recs, folder, victim, label)} | " + " | ".join(cells) + " |")
-    rows += ["", "OE victim − plain victim, paired by seed: agreement undefended, agreement behind the defense, and "
-             "protection (negative: lower with the OE victim; for protection, a larger drop):", "",
-             "| dataset | plain (recipe) | OE (recipe) | " + " | ".join(
-                 f"Δ none @{b // 1000}k | Δ AM @{b // 1000}k | Δ protection @{b // 1000}k" for b in BUDGETS) + " |",
-             "|" + "---|" * (3 + 3 * len(BUDGETS))]
+        rows.append([ds, f"{victim} ({kind})", f"`{recipe}`", _acc(recs, folder, victim, label), *cells])
+    diffs = []
     for ds, i, j in OE_PAIRS:
         p, o = OE_SETTINGS[i], OE_SETTINGS[j]
         cells = []
@@ -126,15 +122,17 @@ def oe_table(recs: dict) -> str:
                                     _series(recs, _none_folder(o[2]), o[3], "none", b))),
                       _gain(_paired(_series(recs, *p[2:5], b), _series(recs, *o[2:5], b))),
                       _gain(_paired(protection(recs, *p[2:5], b), protection(recs, *o[2:5], b)))]
-        rows.append(f"| {ds} | {p[3]} (`{p[5]}`) | {o[3]} (`{o[5]}`) | " + " | ".join(cells) + " |")
-    return "\n".join(rows) + "\n"
+        diffs.append([ds, f"{p[3]} (`{p[5]}`)", f"{o[3]} (`{o[5]}`)", *cells])
+    return render_markdown([
+        table(head, rows),
+        Block("p", text="OE victim − plain victim, paired by seed: agreement undefended, agreement behind the "
+                        "defense, and protection (negative: lower with the OE victim; for protection, a larger drop):"),
+        table(["dataset", "plain (recipe)", "OE (recipe)",
+               *(f"Δ {h} @{b // 1000}k" for b in BUDGETS for h in ("none", "AM", "protection"))], diffs)])
 
 
 def source_table(recs: dict) -> str:
-    rows = ["| dataset | victim | outlier source | defended test acc | " +
-            " | ".join(f"AM @{b // 1000}k | protection @{b // 1000}k" for b in BUDGETS) + " |",
-            "|" + "---|" * (4 + 2 * len(BUDGETS))]
-    diffs = []
+    rows, diffs = [], []
     for ds, folder, victim, blobs, strokes in SOURCE_PAIRS:
         for label, source in ((blobs, "synthetic_blobs"), (strokes, "synthetic_strokes")):
             cells = []
@@ -142,15 +140,15 @@ def source_table(recs: dict) -> str:
                 none = _series(recs, folder, victim, "none", b)
                 dfd = _series(recs, folder, victim, label, b)
                 cells += [_ms(dfd), _gain(_paired(none, dfd))]
-            rows.append(f"| {ds} | {victim} | `{source}` ({label}) | {_acc(recs, folder, victim, label)} | "
-                        + " | ".join(cells) + " |")
-        diffs.append(f"| {ds} | {victim} | " + " | ".join(
+            rows.append([ds, victim, f"`{source}` ({label})", _acc(recs, folder, victim, label), *cells])
+        diffs.append([ds, victim, *(
             _gain(_paired(_series(recs, folder, victim, blobs, b), _series(recs, folder, victim, strokes, b)))
-            for b in BUDGETS) + " |")
-    rows += ["", "strokes − blobs, agreement behind the defense paired by seed:", "",
-             "| dataset | victim | " + " | ".join(f"Δ @{b // 1000}k" for b in BUDGETS) + " |",
-             "|" + "---|" * (2 + len(BUDGETS)), *diffs]
-    return "\n".join(rows) + "\n"
+            for b in BUDGETS)])
+    return render_markdown([
+        table(["dataset", "victim", "outlier source", "defended test acc",
+               *(f"{h} @{b // 1000}k" for b in BUDGETS for h in ("AM", "protection"))], rows),
+        Block("p", text="strokes − blobs, agreement behind the defense paired by seed:"),
+        table(["dataset", "victim", *(f"Δ @{b // 1000}k" for b in BUDGETS)], diffs)])
 
 
 def _snapshot_records(set_dir: Path, folder: str, label: str) -> list[dict]:
@@ -168,31 +166,31 @@ def _snapshot_records(set_dir: Path, folder: str, label: str) -> list[dict]:
 
 def joint_table(recs: dict, set_dir: Path) -> str:
     _, folder, victim, frozen, joint = JOINT
-    rows = ["| OE labels | defended test acc | " + " | ".join(
-        f"AM @{b // 1000}k | protection @{b // 1000}k" for b in BUDGETS) + " |", "|" + "---|" * (2 + 2 * len(BUDGETS))]
+    rows = []
     for label, name in ((frozen, "`frozen` (trained victim)"), (joint, "`joint` (per-epoch snapshots)")):
         cells = []
         for b in BUDGETS:
             none, dfd = _series(recs, folder, victim, "none", b), _series(recs, folder, victim, label, b)
             cells += [_ms(dfd), _gain(_paired(none, dfd))]
-        rows.append(f"| {name} | {_acc(recs, folder, victim, label)} | " + " | ".join(cells) + " |")
+        rows.append([name, _acc(recs, folder, victim, label), *cells])
     diff = [_gain(_paired(_series(recs, folder, victim, frozen, b), _series(recs, folder, victim, joint, b)))
             for b in BUDGETS]
     twin = [_gain(_paired(_series(recs, *JOINT_TWIN, b), _series(recs, folder, victim, frozen, b))) for b in BUDGETS]
-    rows += ["", "Paired by seed, agreement behind the defense:", "",
-             "| comparison | " + " | ".join(f"Δ @{b // 1000}k" for b in BUDGETS) + " |",
-             "|" + "---|" * (1 + len(BUDGETS)),
-             "| `joint` − `frozen` | " + " | ".join(diff) + " |",
-             f"| `frozen` here − `{JOINT_TWIN[2]}` on {JOINT_TWIN[1]} (same weights, `{JOINT_TWIN[0]}`) | "
-             + " | ".join(twin) + " |"]
+    blocks = [
+        table(["OE labels", "defended test acc", *(f"{h} @{b // 1000}k" for b in BUDGETS for h in ("AM", "protection"))],
+              rows),
+        Block("p", text="Paired by seed, agreement behind the defense:"),
+        table(["comparison", *(f"Δ @{b // 1000}k" for b in BUDGETS)],
+              [["`joint` − `frozen`", *diff],
+               [f"`frozen` here − `{JOINT_TWIN[2]}` on {JOINT_TWIN[1]} (same weights, `{JOINT_TWIN[0]}`)", *twin]])]
     snaps = _snapshot_records(set_dir, folder, joint)
     if snaps:
         s = snaps[0]
-        rows += ["", f"Snapshots `{Path(s['path']).name}`: {s['count']}, after victim steps "
-                 f"{', '.join(str(v) for v in s['victim_steps'])}; the fit's {s['fit_steps']} steps each read one. "
-                 "Agreement of each snapshot's top class with the final victim's on the fit's outlier set: "
-                 + ", ".join(f"{a:.4f}" for a in s["agree_with_final"]) + "."]
-    return "\n".join(rows) + "\n"
+        blocks.append(Block("p", text=f"Snapshots `{Path(s['path']).name}`: {s['count']}, after victim steps "
+                            f"{', '.join(str(v) for v in s['victim_steps'])}; the fit's {s['fit_steps']} steps each read one. "
+                            "Agreement of each snapshot's top class with the final victim's on the fit's outlier set: "
+                            + ", ".join(f"{a:.4f}" for a in s["agree_with_final"]) + "."))
+    return render_markdown(blocks)
 
 
 def msp_table(set_dir: Path) -> str:
@@ -200,16 +198,16 @@ def msp_table(set_dir: Path) -> str:
     if not path.is_file():
         return "*No `oe_victims/msp.json` yet.*\n"
     data = json.loads(path.read_text())
-    rows = ["| victim | outlier exposure | test acc | own test MSP ≥ 0.99 | pool test MSP ≥ 0.99 | "
-            "blobs MSP ≥ 0.99 | strokes MSP ≥ 0.99 | AUROC own vs pool |", "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for vid, v in data["victims"].items():
         share = v["share_msp_at_least_tau"]
         oe = v["outlier_exposure"]
-        rows.append(f"| {vid} | {'none' if not oe else oe['source'] + ', λ ' + str(oe['lambda'])} | "
-                    f"{v['test_accuracy']:.4f} | {share['test']['0.99']:.4f} | {share['pool_test']['0.99']:.4f} "
-                    f"({v['pool']}) | {share['synthetic_blobs']['0.99']:.4f} | {share['synthetic_strokes']['0.99']:.4f} | "
-                    f"{v['auroc_test_vs_pool']:.4f} |")
-    return "\n".join(rows) + "\n"
+        rows.append([vid, "none" if not oe else oe["source"] + ", λ " + str(oe["lambda"]), f"{v['test_accuracy']:.4f}",
+                     f"{share['test']['0.99']:.4f}", f"{share['pool_test']['0.99']:.4f} ({v['pool']})",
+                     f"{share['synthetic_blobs']['0.99']:.4f}", f"{share['synthetic_strokes']['0.99']:.4f}",
+                     f"{v['auroc_test_vs_pool']:.4f}"])
+    return render_markdown([table(["victim", "outlier exposure", "test acc", "own test MSP ≥ 0.99", "pool test MSP ≥ 0.99",
+                                   "blobs MSP ≥ 0.99", "strokes MSP ≥ 0.99", "AUROC own vs pool"], rows)])
 
 
 def tables(set_dir: Path = HERE) -> dict[str, str]:

@@ -16,6 +16,8 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Any, Iterable
 
+from mebench.report.document import render_markdown, table
+
 HERE = Path(__file__).resolve().parents[2] / "results" / "perf"  # the set's records (this script lives in studies/)
 VARIANT_NAMES = {"bare": "bare PyTorch loop", "before": "mebench before (per-parameter SGD, nn.MaxPool2d)",
                  "mebench": "mebench default (multi-tensor SGD, fast pooling)", "channels_last": "mebench, fast.channels_last",
@@ -33,9 +35,8 @@ def bench_records(set_dir: Path, name: str) -> list[dict[str, Any]]:
 
 
 def md_table(header: list[str], rows: Iterable[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    """One table in the report's Markdown (``mebench.report.document``: a ``|`` in a cell is escaped)."""
+    return render_markdown([table(header, list(rows))])
 
 
 def roofline_table(records: list[dict[str, Any]]) -> str:
