@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mebench import docs
+from mebench.report.load import NoResultsError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -211,6 +212,24 @@ def test_summaries_are_read_from_complete_runs_only(tmp_path):
     (tmp_path / "ok" / "deviations.json").write_text("{}")  # only a set's own top level holds its study records
     kinds = [s.get("kind") for s in docs.record_summaries(tmp_path)]
     assert kinds.count(docs.STUDY_KIND) == 1 and len(kinds) == 2
+
+
+# A set whose seed-runs retired keeps its study record and study script (results/modelguard): its blocks
+# are the script's tables; a set with no record at all is still an error naming it.
+def test_a_set_of_study_records_only_renders_its_study_tables(tmp_path):
+    (tmp_path / "results" / "s").mkdir(parents=True)
+    (tmp_path / "studies" / "s").mkdir(parents=True)
+    (tmp_path / "studies" / "s" / "summarize.py").write_text(
+        "import json\nfrom pathlib import Path\n"
+        "def tables(set_dir):\n"
+        "    return {'t.md': json.loads((Path(set_dir) / 'deviations.json').read_text())['x'] + '\\n'}\n")
+    with pytest.raises(NoResultsError):
+        docs.render_set(tmp_path, "s", tmp_path / "out")  # a script but no record
+    (tmp_path / "results" / "s" / "deviations.json").write_text(json.dumps({"code_identity": "c", "x": "| a |"}))
+    assert docs.render_set(tmp_path, "s", tmp_path / "out") == {"t.md": "| a |\n"}
+    (tmp_path / "studies" / "s" / "summarize.py").unlink()
+    with pytest.raises(NoResultsError):
+        docs.render_set(tmp_path, "s", tmp_path / "out")  # a record but no script: nothing to draw
 
 
 # results/ holds records only: the scripts that made or summarise a set live in studies/<set>/ and none

@@ -275,7 +275,8 @@ def set_tables(set_dir: Path) -> dict[str, str]:
 
 def render_set(root: Path, set_name: str, out: Path) -> dict[str, str]:
     """Run ``mebench report results/<set>`` in-process into ``out``; the Markdown files it wrote, plus
-    the set's own tables (:func:`set_tables`; a name the report also writes is an error)."""
+    the set's own tables (:func:`set_tables`; a name the report also writes is an error). A set of study
+    records only (no seed-run) has its study script's tables alone."""
     import warnings
 
     from mebench.report.writer import write_report
@@ -283,9 +284,18 @@ def render_set(root: Path, set_name: str, out: Path) -> dict[str, str]:
     set_dir = root / RESULTS / set_name
     if not set_dir.is_dir():
         raise FileNotFoundError(f"{RESULTS}/{set_name}: no such result set (a block names it)")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        files = write_report([str(set_dir)], out, figures=False)
+    from mebench.report.load import NoResultsError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            files = write_report([str(set_dir)], out, figures=False)
+    except NoResultsError:
+        # a set whose seed-runs retired keeps its study record (results/modelguard: deviations.json), and its
+        # blocks are its study script's tables alone; a set with neither is an error, as before
+        if not (study_records(set_dir) and set_tables(set_dir)):
+            raise
+        files = {}
     reports = {Path(p).name: Path(p).read_text(encoding="utf-8") for p in files.values() if str(p).endswith(".md")}
     own = set_tables(set_dir)
     clash = sorted(set(own) & set(reports))
