@@ -132,6 +132,10 @@ def test_caption_names_the_machines_the_records_ran_on():
     assert with_study.startswith("*Generated from `results/s`: 1 seed-run, 1 study record.* Code identity: `c`. "
                                  "Victim builds: v sha256 ffffffffffff (test accuracy 0.99); w sha256 eeeeeeeeeeee "
                                  "(test accuracy ?). Ran on: torch 2.14.1, AMD EPYC (AVX2), cpu, 1 thread.")
+    # a set whose seed-runs retired counts what it holds, not "0 seed-runs"; an empty set still says 0
+    assert docs.caption("s", [{**study, "kind": docs.STUDY_KIND}]).startswith("*Generated from `results/s`: 1 study record.*")
+    assert docs.caption("s", [bench]).startswith("*Generated from `results/s`: 1 detection-benchmark record.*")
+    assert docs.caption("s", []).startswith("*Generated from `results/s`: 0 seed-runs.*")
     capped = {**here, "machine": {**here["machine"], "cpu_capability": "AVX2",
                                   "isa_overrides": {"DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}}
     assert docs.caption("s", [capped]).endswith(" Ran on: torch 2.14.1, AMD EPYC (AVX2) capped by "

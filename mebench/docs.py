@@ -161,7 +161,7 @@ def caption(set_name: str, summaries: list[dict]) -> str:
     for v in victims:
         by_id[v.split(" ")[0]] = by_id.get(v.split(" ")[0], 0) + 1
     kinds = Counter(_noun(s) for s in summaries)
-    counted = ", ".join(_count(kinds[noun], noun) for noun in NOUNS if kinds[noun] or noun == "seed-run")
+    counted = ", ".join(_count(kinds[noun], noun) for noun in NOUNS if kinds[noun] or (noun == "seed-run" and not kinds))
     parts = [f"*Generated from `{RESULTS}/{set_name}`: {counted}.*"]
     parts.append(("**Spans several code identities:** " if len(codes) > 1 else "Code identity: ")
                  + ", ".join(f"`{c}`" for c in codes) + ".")
