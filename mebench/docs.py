@@ -259,11 +259,16 @@ checked like the report's and never pasted. ``results/`` holds records only; the
 or summarise a set live under ``studies/<set>/``."""
 
 
+def study_script(set_dir: Path) -> Path:
+    """Where the set's study script lives: ``studies/<set>/summarize.py`` beside ``results/``."""
+    return set_dir.parent.parent / STUDIES / set_dir.name / SET_TABLES
+
+
 def set_tables(set_dir: Path) -> dict[str, str]:
     """The tables of the set's study script ``studies/<set>/summarize.py`` (none when it has none)."""
     import importlib.util
 
-    script = set_dir.parent.parent / STUDIES / set_dir.name / SET_TABLES
+    script = study_script(set_dir)
     if not script.is_file():
         return {}
     spec = importlib.util.spec_from_file_location(f"mebench_results_{set_dir.name.replace('-', '_')}", script)
@@ -293,7 +298,7 @@ def render_set(root: Path, set_name: str, out: Path) -> dict[str, str]:
     except NoResultsError:
         # a set whose seed-runs retired keeps its study record (results/modelguard: deviations.json), and its
         # blocks are its study script's tables alone; a set with neither is an error, as before
-        if not (study_records(set_dir) and set_tables(set_dir)):
+        if not (study_records(set_dir) and study_script(set_dir).is_file()):
             raise
         files = {}
     reports = {Path(p).name: Path(p).read_text(encoding="utf-8") for p in files.values() if str(p).endswith(".md")}
