@@ -11,18 +11,20 @@ import pytest
 
 from mebench.cli import main
 from mebench.report.load import CSV_COLUMNS, load_runs_folder
-from mebench.report.publish import copy_records
+from mebench.report.publish import MixedBuildsError, copy_records
 
 
-def _seed(folder: Path, seed: int, cell: bool = False, status: str = "passed") -> Path:
+def _seed(folder: Path, seed: int, cell: bool = False, status: str = "passed", build: str = "") -> Path:
     folder.mkdir(parents=True)
     row = {c: "" for c in CSV_COLUMNS}
     row.update({"seed": seed, "checkpoint_B": 1000, "track": "A", "acc_gt": 0.5, "agreement": 0.5,
                 "attack": "random", "data_mode": "surrogate", "output_mode": "soft_prob",
                 "victim_id": "mnist_lenet5", "substitute_arch": "lenet5"})
     pd.DataFrame([row], columns=list(CSV_COLUMNS)).to_csv(folder / "metrics.csv", index=False)
-    (folder / "summary.json").write_text(json.dumps({"status": "complete", "seed": seed,
-                                                     "attack": {"name": "random"}, "dataset": {"name": "MNIST"}}))
+    summary = {"status": "complete", "seed": seed, "attack": {"name": "random"}, "dataset": {"name": "MNIST"}}
+    if build:
+        summary["victim"] = {"victim_id": "mnist_lenet5", "checkpoint_sha256": build * 64}
+    (folder / "summary.json").write_text(json.dumps(summary))
     (folder / "run_config.yaml").write_text("run: {name: r}\n")
     (folder / "final_substitute.ckpt").write_bytes(b"weights")
     (folder / ".query_cache").mkdir()
@@ -96,3 +98,30 @@ def test_the_command_says_what_it_left_out_and_refuses_bad_input(tmp_path, capsy
     assert "no such folder" in capsys.readouterr().err
     assert main(["records", str(cells), "--into", str(tmp_path / "set"), "--min-seeds", "0"]) == 2
     assert main(["records", str(cells), "--into", str(cells / "inside")]) == 1
+
+
+def test_a_set_holds_one_build_of_each_victim(tmp_path, capsys):
+    """Seed-runs against another build (sha256) of a victim the set holds are refused before anything
+    is written: the set's tables would pool and pair them as one victim (docs/guide/victims.md)."""
+    first, other = tmp_path / "first", tmp_path / "other"
+    for s in range(3):
+        _seed(first / f"g-random-surrogate-soft_prob-s{s}", s, cell=True, build="a")
+        _seed(other / f"g-knockoff-surrogate-soft_prob-s{s}", s, cell=True, build="b")
+    dest = tmp_path / "set"
+    assert len(copy_records([first], dest).copied) == 3
+    before = sorted(p.relative_to(dest) for p in dest.rglob("*"))
+    with pytest.raises(MixedBuildsError, match=r"mnist_lenet5 would hold several: aaaaaaaaaaaa \(3 seed-runs"):
+        copy_records([other], dest)
+    assert sorted(p.relative_to(dest) for p in dest.rglob("*")) == before  # nothing written
+    with pytest.raises(MixedBuildsError):  # two builds from the sources alone, into a new set
+        copy_records([first, other], tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    assert main(["records", str(other), "--into", str(dest)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "one build of each victim" in err and "bbbbbbbbbbbb" in err
+    # a rerun that replaces every seed-run of the old build is one build again
+    rerun = tmp_path / "rerun"
+    for s in range(3):
+        _seed(rerun / f"g-random-surrogate-soft_prob-s{s}", s, cell=True, build="b")
+    assert len(copy_records([rerun], dest).copied) == 3
+    assert len(copy_records([other], dest).copied) == 3

@@ -5,7 +5,8 @@ caches. Every seed or cell folder below a source (``mebench run``'s ``<run>/<ts>
 ``--mebench-cells``) that the report would read (complete, undamaged, a cell that passed) is copied,
 keeping its path, but only groups (a run, or a cell id without ``-s<seed>``) with at least
 ``min_seeds`` of them. Each folder is written beside its place and renamed into it: whole or absent.
-Torch-free.
+A set holds one build (checkpoint sha256) of each victim: a copy that would mix two is refused
+before anything is written. Torch-free.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ from pathlib import Path
 from typing import Iterable
 
 from mebench.report.folders import SEED_DIR_RE
-from mebench.report.load import NoResultsError, load_runs_folder
+from mebench.report.load import NoResultsError, RunRecord, load_runs_folder
 from mebench.support.naming import QUERY_CACHE_DIR, cell_condition, plural
 
 #: What a set never holds: weights, checkpoints and query caches.
 LEFT_OUT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".onnx", ".ts")
+
+
+class MixedBuildsError(NoResultsError):
+    """The copy would leave a set holding two builds of one victim (nothing was written)."""
 
 
 @dataclass
@@ -73,30 +78,60 @@ def _copy_folder(folder: Path, target: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def victim_build(record: RunRecord) -> tuple[str, str]:
+    """``(victim_id, checkpoint sha256)`` a seed-run was measured against (empty strings where unrecorded)."""
+    victim = record.summary.get("victim") or {}
+    return str(victim.get("victim_id") or ""), str(victim.get("checkpoint_sha256") or "")
+
+
+def _check_one_build(dest: Path, incoming: dict[str, RunRecord]) -> None:
+    """Refuse, before anything is written, a copy after which ``dest`` would hold seed-runs measured
+    against two builds (checkpoint sha256) of one victim: the set's tables pair and pool them as one
+    victim. ``incoming``: {path relative to the set: record}; a record it replaces does not count."""
+    kept = {} if not dest.is_dir() else {
+        str(Path(r.source).resolve().relative_to(dest.resolve())): r for r in load_runs_folder(dest) if r.ok}
+    builds: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for rel, rec in {**kept, **incoming}.items():
+        victim, sha = victim_build(rec)
+        if victim and sha:
+            builds[victim][sha].append(rel if rel in incoming else str(dest / rel))
+    for victim, shas in sorted(builds.items()):
+        if len(shas) > 1:
+            held = "; ".join(f"{sha[:12]} ({len(rels)} {plural(len(rels), 'seed-run')}, e.g. {sorted(rels)[0]})"
+                             for sha, rels in sorted(shas.items()))
+            raise MixedBuildsError(
+                f"{dest}: a set holds one build of each victim, and {victim} would hold several: {held}; "
+                "train the set's build (docs/guide/victims.md, the build of a victim) or copy into another set")
+
+
 def copy_records(sources: Iterable[Path], dest: Path, min_seeds: int = 3) -> Copied:
-    """Copy every finished seed-run below each source into ``dest`` (module docstring)."""
+    """Copy every finished seed-run below each source into ``dest`` (module docstring). Nothing is
+    written when the set would then hold two builds of one victim (:class:`MixedBuildsError`)."""
     if min_seeds < 1:
         raise ValueError(f"min_seeds: {min_seeds} must be at least 1")
     done = Copied()
+    plan: dict[str, tuple[Path, RunRecord]] = {}
     for source in map(Path, sources):
         if not source.is_dir():
             raise NoResultsError(f"{source}: no such folder")
         if dest.resolve() == source.resolve() or dest.resolve().is_relative_to(source.resolve()):
             raise NoResultsError(f"{dest}: the set cannot lie inside the source {source}")
-        groups: dict[str, list[Path]] = defaultdict(list)
+        groups: dict[str, list[RunRecord]] = defaultdict(list)
         for rec in load_runs_folder(source):
             folder = Path(rec.source)
             if not rec.ok:
                 done.skipped.append(f"{folder}: {rec.problem or rec.status}")
                 continue
-            groups[group_of(folder, source)].append(folder)
-        for group, folders in sorted(groups.items()):
-            if len(folders) < min_seeds:
-                done.skipped += [f"{f}: its group {group} has {len(folders)} finished "
-                                 f"{plural(len(folders), 'seed-run')}, fewer than {min_seeds}" for f in folders]
+            groups[group_of(folder, source)].append(rec)
+        for group, recs in sorted(groups.items()):
+            if len(recs) < min_seeds:
+                done.skipped += [f"{r.source}: its group {group} has {len(recs)} finished "
+                                 f"{plural(len(recs), 'seed-run')}, fewer than {min_seeds}" for r in recs]
                 continue
-            for folder in folders:
-                rel = folder.relative_to(source)
-                _copy_folder(folder, dest / rel)
-                done.copied.append(str(rel))
+            for rec in recs:
+                plan[str(Path(rec.source).relative_to(source))] = (Path(rec.source), rec)
+    _check_one_build(dest, {rel: rec for rel, (_, rec) in plan.items()})
+    for rel, (folder, _) in plan.items():
+        _copy_folder(folder, dest / rel)
+        done.copied.append(rel)
     return done
