@@ -71,6 +71,19 @@ def test_gradient_cosine_is_the_mean_per_image_cosine():
     assert mean_cosine(a, b) == pytest.approx((1.0 - 1.0 + 0.0) / 3)
 
 
+@pytest.mark.parametrize("scale", [1e-24, 1e-12, 1.0, 1e12])
+def test_gradient_cosine_stays_a_cosine_for_vanishing_gradients(scale):
+    """A confident substitute's input gradients can be ~1e-20 (their squares underflow in float32); the
+    cosine is scale-free, so it is the same at every scale and lies in [-1, 1] (float32 gave ~3e7)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 784, generator=g), torch.randn(5, 784, generator=g)
+    b[0] = a[0]  # one row identical in direction
+    want = mean_cosine(a.double(), b.double())
+    got = mean_cosine(a * scale, b)
+    assert -1.0 <= got <= 1.0 and got == pytest.approx(want, abs=1e-6)
+    assert mean_cosine(torch.full((1, 784), scale), torch.full((1, 784), 1e-3)) == pytest.approx(1.0)
+
+
 def test_another_model_has_fidelity_below_one_and_rows_name_each_measure():
     victim = _model(0)
     ev = _fidelity(victim)

@@ -80,8 +80,20 @@ def top1(model: nn.Module, x: torch.Tensor, batch_size: int = 1000) -> torch.Ten
 
 
 def mean_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Mean per-row cosine of two ``[N, D]`` gradient matrices (a zero gradient counts 0)."""
-    return float(F.cosine_similarity(a, b, dim=1, eps=1e-30).mean()) if a.shape[0] else float("nan")
+    """Mean per-row cosine of two ``[N, D]`` gradient matrices (a zero gradient counts 0).
+
+    A substitute trained to confidence on top-1 labels can have input gradients near 1e-20, whose
+    squares underflow in float32, so a cosine taken as it is leaves [-1, 1] (tens of thousands were
+    measured). The cosine does not depend on a row's scale: each row is divided by its largest
+    |entry| and the cosine taken in float64."""
+    if not a.shape[0]:
+        return float("nan")
+
+    def unit_max(m: torch.Tensor) -> torch.Tensor:
+        m = m.detach().double().flatten(1)
+        return m / m.abs().amax(1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+
+    return float(F.cosine_similarity(unit_max(a), unit_max(b), dim=1).mean())
 
 
 class FidelityEvaluator:
