@@ -1,7 +1,8 @@
 """Byte pins that say where they hold (issue 51).
 
-A float result's bytes depend on the torch build, the device, the CPU's instruction set and the
-thread count, so a pin is a set of values recorded *per environment*: ``data/pins/<name>.json``
+A float result's bytes depend on the torch build, the device, the CPU (its model, not only its
+instruction set: an Intel Xeon and an AMD EPYC, both AVX-512, gave other bytes for five tiny runs) and
+the thread count, so a pin is a set of values recorded *per environment*: ``data/pins/<name>.json``
 holds ``{"environments": [{"environment": {...}, "values": {...}}, ...]}``. In an environment that
 has an entry, a pinned test compares against it; elsewhere it skips with a reason naming the
 environments the pins were recorded in and this one (it cannot tell a changed number from a
@@ -24,26 +25,28 @@ import pytest
 
 PINS_DIR = Path(__file__).parent / "data" / "pins"
 #: What every recorded environment names; ``contract_tests/test_pins.py`` fails on an entry without one.
-ENVIRONMENT_KEYS: tuple[str, ...] = ("torch", "device", "cpu_capability", "machine", "torch_threads")
+ENVIRONMENT_KEYS: tuple[str, ...] = ("torch", "device", "cpu_model", "cpu_capability", "machine", "torch_threads")
 
 
 def environment(**extra: str) -> dict[str, Any]:
     """This process's pin environment: the torch build (``torch.__version__``, local tag included),
-    the device type, the instruction set of torch's CPU kernels, the machine architecture and the
+    the device type, the CPU model (as records name it), the instruction set of torch's CPU kernels,
+    the machine architecture and the
     torch thread count the pinned runs use (one); ``extra`` adds what else a pin depends on (the
     victim checkpoint's digest for the real-data pins)."""
     import torch
 
-    from mebench.support.runinfo import isa_overrides, overrides_text
+    from mebench.support.runinfo import cpu_model, isa_overrides, overrides_text
 
     caps = overrides_text(isa_overrides())  # named only where set: entries recorded without them still match
-    return {"torch": torch.__version__, "device": "cpu", "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    return {"torch": torch.__version__, "device": "cpu", "cpu_model": cpu_model() or "unknown",
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "machine": platform.machine(), "torch_threads": 1, **({"isa_overrides": caps} if caps else {}), **extra}
 
 
 def describe(env: dict[str, Any]) -> str:
-    """One environment in a line: ``torch 2.15.0 / cpu / AVX2 / x86_64 / 1 thread``."""
-    parts = [f"torch {env.get('torch')}", str(env.get("device")), str(env.get("cpu_capability")),
+    """One environment in a line: ``torch 2.15.0 / cpu / AMD EPYC / AVX2 / x86_64 / 1 thread``."""
+    parts = [f"torch {env.get('torch')}", str(env.get("device")), str(env.get("cpu_model")), str(env.get("cpu_capability")),
              str(env.get("machine")), f"{env.get('torch_threads')} thread(s)"]
     return " / ".join(parts + [f"{k} {v}" for k, v in sorted(env.items()) if k not in ENVIRONMENT_KEYS])
 
