@@ -264,21 +264,21 @@ def test_the_records_page_lists_every_key():
 @pytest.mark.slow
 def test_sets_rendered_in_parallel_fill_the_pages_as_one_after_another(tmp_path):
     root = tmp_path / "checkout"
-    for name in ("ray", "transfer-cw"):
+    for name in ("ray", "transfer-init"):
         shutil.copytree(ROOT / "results" / name, root / "results" / name)
     page = root / "docs" / "two.md"
     page.parent.mkdir(parents=True)
     empty = ("# Two sets\n\n<!-- mebench:begin ray/leaderboard.md -->\n<!-- mebench:end -->\n\n"
-             "<!-- mebench:begin transfer-cw/leaderboard.md -->\n<!-- mebench:end -->\n")
+             "<!-- mebench:begin transfer-init/leaderboard.md -->\n<!-- mebench:end -->\n")
     filled = {}
     for workers in (1, 2):
         page.write_text(empty, encoding="utf-8")
         assert docs.regenerate(root, workers=workers) == [page]
         filled[workers] = page.read_text(encoding="utf-8")
-    assert filled[1] == filled[2] and "results/ray" in filled[2] and "results/transfer-cw" in filled[2]
+    assert filled[1] == filled[2] and "results/ray" in filled[2] and "results/transfer-init" in filled[2]
     cache: dict = {}
     docs.prefetch(root, {page: page.read_text(encoding="utf-8")}, tmp_path / "out", cache, workers=2)
-    assert set(cache) == {"ray", "transfer-cw"}  # both came from the worker processes
+    assert set(cache) == {"ray", "transfer-init"}  # both came from the worker processes
 
 
 # contract §16: a seed-run a page leaves out is named by its cell and by its path under results/, as the reader sees it.
