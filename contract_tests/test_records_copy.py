@@ -102,7 +102,7 @@ def test_the_command_says_what_it_left_out_and_refuses_bad_input(tmp_path, capsy
 
 def test_a_set_holds_one_build_of_each_victim(tmp_path, capsys):
     """Seed-runs against another build (sha256) of a victim the set holds are refused before anything
-    is written: the set's tables would pool and pair them as one victim (docs/guide/victims.md)."""
+    is written: the set's report would split the victim by build (docs/guide/victims.md)."""
     first, other = tmp_path / "first", tmp_path / "other"
     for s in range(3):
         _seed(first / f"g-random-surrogate-soft_prob-s{s}", s, cell=True, build="a")

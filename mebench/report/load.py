@@ -345,7 +345,7 @@ def _record_columns(rec: RunRecord) -> dict[str, Any]:
         **_adaptive_columns(attack),
         "dataset": str(dataset.get("name") or UNKNOWN),
         "victim_test_accuracy": as_float(victim.get("test_accuracy")),
-        "victim_sha256": str(victim.get("checkpoint_sha256") or victim.get("sha256") or ""),
+        "victim_sha256": victim_sha256(victim),
         "victim_zoo": str(victim.get("zoo") or ""),
         "status": rec.state, "run_name": rec.run_name, "run_id": rec.run_id, "source": rec.source,
         "control_for": ";".join(sorted(map(str, controls))) if isinstance(controls, list) else UNRECORDED,
@@ -434,6 +434,11 @@ def _seed_of_name(source: str) -> str:
     match = re.search(r"(?:^seed_|-s)(\d+)$", Path(source.partition("::")[0]).name if "::" not in source
                       else source.partition("::")[2])
     return match.group(1) if match else ""
+
+
+def victim_sha256(victim: Mapping[str, Any]) -> str:
+    """The build (checkpoint sha256) a summary's ``victim`` section names; ``""`` where unrecorded."""
+    return str(victim.get("checkpoint_sha256") or victim.get("sha256") or "")
 
 
 def mapping_section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from mebench.report.folders import SEED_DIR_RE
-from mebench.report.load import NoResultsError, RunRecord, load_runs_folder
+from mebench.report.load import NoResultsError, RunRecord, load_runs_folder, mapping_section, victim_sha256
 from mebench.support.naming import QUERY_CACHE_DIR, cell_condition, plural
 
 #: What a set never holds: weights, checkpoints and query caches.
@@ -80,14 +80,14 @@ def _copy_folder(folder: Path, target: Path) -> None:
 
 def victim_build(record: RunRecord) -> tuple[str, str]:
     """``(victim_id, checkpoint sha256)`` a seed-run was measured against (empty strings where unrecorded)."""
-    victim = record.summary.get("victim") or {}
-    return str(victim.get("victim_id") or ""), str(victim.get("checkpoint_sha256") or "")
+    victim = mapping_section(record.summary, "victim")
+    return str(victim.get("victim_id") or ""), victim_sha256(victim)
 
 
 def _check_one_build(dest: Path, incoming: dict[str, RunRecord]) -> None:
     """Refuse, before anything is written, a copy after which ``dest`` would hold seed-runs measured
-    against two builds (checkpoint sha256) of one victim: the set's tables pair and pool them as one
-    victim. ``incoming``: {path relative to the set: record}; a record it replaces does not count."""
+    against two builds (checkpoint sha256) of one victim: the report would split that victim into
+    ``<victim_id>@<sha>`` rows (``load.separate_victims``), and the set's pages would compare across them. ``incoming``: {path relative to the set: record}; a record it replaces does not count."""
     kept = {} if not dest.is_dir() else {
         str(Path(r.source).resolve().relative_to(dest.resolve())): r for r in load_runs_folder(dest) if r.ok}
     builds: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
