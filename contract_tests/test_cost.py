@@ -147,6 +147,20 @@ def test_attack_loops_count_their_own_models() -> None:
     assert (m.substitute_examples, m.forward_examples, m.model_arch) == (10 * 128 * 15, 10 * 128 * 11, "wrn22_2")
 
 
+def test_untrained_generator_counts_its_generator_forwards(make_cfg) -> None:
+    # the untrained-generator control passes every query through DFME's generator: at 100k on MNIST
+    # (width 64, one thread) those forwards took 7.1 min against Track A's 6.5 (leaderboard/datafree_100k_mnist.yaml)
+    from mebench.attacks import ATTACKS
+
+    U = ATTACKS.get("untrained_generator")
+    assert U.training_cost(U.Params(), (3000,), 3000).generator_examples == pytest.approx(1000)
+    assert U.training_cost(U.Params(generator_width=32), (3000,), 3000).generator_examples == pytest.approx(250)
+    cfg = make_cfg(dataset={"data_mode": "data_free", "surrogate_name": None},
+                   attack={"name": "untrained_generator", "params": {"batch_size": 8, "generator_width": 8}},
+                   budget={"max_budget": 3000, "checkpoints": [3000]})
+    assert phases(cfg)["attack"] == pytest.approx(3000 * (8 / 64) ** 2 / 3 * T / 128)
+
+
 def test_maze_clone_cost_uses_the_clone_architecture(make_cfg) -> None:
     cfg = make_cfg(dataset={"data_mode": "data_free", "surrogate_name": None},
                    attack={"name": "maze", "params": {"clone_arch": "wrn22_2", "batch_size": 8, "ndirs": 2,

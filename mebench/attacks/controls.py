@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from mebench.attacks import dfme
-from mebench.attacks.base import Attack, AttackContext, register_attack
+from mebench.attacks.base import Attack, AttackContext, TrainingCost, register_attack
 from mebench.errors import ConfigError
 from mebench.models.generators import seeded_generator, to_pixels
 from mebench.types import QueryBatch
@@ -69,6 +69,11 @@ class UntrainedGenerator(_NullControl):
     def check_params(cls, params: Any, max_budget: int, checkpoints: tuple[int, ...]) -> None:
         super().check_params(params, max_budget, checkpoints)
         dfme.check_generator_params(params)
+
+    @classmethod
+    def training_cost(cls, params: Any, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
+        """One generator forward per query, a third of a generator step each (``TrainingCost``)."""
+        return TrainingCost(generator_examples=max_budget * (params.generator_width / 64) ** 2 / 3)
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)
