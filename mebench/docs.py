@@ -117,8 +117,10 @@ def code_of(summary: dict) -> str:
 def victim_of(summary: dict) -> str:
     """``<victim_id> <sha256[:12]> (test accuracy a[; built with torch t, CPU, device])``: one victim build and,
     where its record says, the environment that trained it (``victim.built_with``)."""
+    from mebench.report.load import victim_sha256
+
     v = summary.get("victim") or {}
-    sha = str(v.get("checkpoint_sha256") or v.get("sha256") or "unknown")[:12]
+    sha = (victim_sha256(v) or "unknown")[:12]
     acc = v.get("test_accuracy")
     built = v.get("built_with") or {}
     where = ", ".join(p for p in (f"torch {built['torch']}" if built.get("torch") else "",

@@ -87,7 +87,8 @@ def victim_build(record: RunRecord) -> tuple[str, str]:
 def _check_one_build(dest: Path, incoming: dict[str, RunRecord]) -> None:
     """Refuse, before anything is written, a copy after which ``dest`` would hold seed-runs measured
     against two builds (checkpoint sha256) of one victim: the report would split that victim into
-    ``<victim_id>@<sha>`` rows (``load.separate_victims``), and the set's pages would compare across them. ``incoming``: {path relative to the set: record}; a record it replaces does not count."""
+    ``<victim_id>@<sha>`` rows (``load.separate_victims``), and the set's pages would compare across
+    them. ``incoming``: {path relative to the set: record}; a record it replaces does not count."""
     kept = {} if not dest.is_dir() else {
         str(Path(r.source).resolve().relative_to(dest.resolve())): r for r in load_runs_folder(dest) if r.ok}
     builds: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
