@@ -422,8 +422,15 @@ def test_cost_estimate_counts_each_attacks_own_training(make_cfg) -> None:
     gan = {"name": "dfms", "output_mode": "soft_prob",
            "params": {"gan_epochs": 2, "divgan_epochs": 1, "gan_pool_size": 1000, "clone_epochs": 5}}
     clones = 2 * 5 * 32  # two clones on initial sets of ceil(0.00625 * 5000) = 32 images
-    gan_s = 3 * 1000 * 4 * SECONDS_PER_GAN_EXAMPLE * step / LENET5_REF_STEP_S  # scaled by the measured step
+    # three passes over the GAN's 1,000 pool images, then one GAN image a query of the attack loop (the
+    # 5,000 - 2 x 32 queries after the initial sets), width 64 = 4 units; scaled by the measured step
+    gan_s = (3 * 1000 + 5000 - 64) * 4 * SECONDS_PER_GAN_EXAMPLE * step / LENET5_REF_STEP_S
     assert extra(gan) == pytest.approx(clones * per_example + gan_s)
+    # the loop grows with the budget, the pretraining does not
+    longer = estimate([make_cfg(budget={"max_budget": 10000, "checkpoints": [1000, 10000]}, attack=gan)],
+                      threads=1, times=times).phases["attack"]
+    loop_s = (10000 - 5000 - 2 * (63 - 32)) * 4 * SECONDS_PER_GAN_EXAMPLE * step / LENET5_REF_STEP_S
+    assert longer - extra(gan) == pytest.approx(loop_s + 2 * 5 * (63 - 32) * per_example)
 
 
 def test_large_run_guard_uses_the_calibrated_estimate(bench: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

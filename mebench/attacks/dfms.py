@@ -150,12 +150,16 @@ class DFMS(Attack):
 
     @classmethod
     def training_cost(cls, params: Any, checkpoints: tuple[int, ...], max_budget: int) -> TrainingCost:
-        """Two clones (``clone_epochs`` on an initial set each) and the GAN's ``gan_epochs`` +
-        ``divgan_epochs`` over its pool (the attack loop's steps count as per-query cost)."""
+        """Two clones (``clone_epochs`` on an initial set each), the GAN's ``gan_epochs`` +
+        ``divgan_epochs`` over its pool, and the attack loop: each query after the two initial sets
+        is one image of a generator-and-discriminator step (its clone step, diversity pass and
+        augmentation are counted inside that unit, ``mebench.harness.cost.SECONDS_PER_GAN_EXAMPLE``)."""
         pool = params.gan_pool_size or cls.ESTIMATE_POOL
         width = (max(params.generator_width, params.disc_width) / 32) ** 2
-        clones = 2 * params.clone_epochs * init_set_size(params, max_budget)
-        return TrainingCost(clones, width * (params.gan_epochs + params.divgan_epochs) * pool)
+        n_init = init_set_size(params, max_budget)
+        loop = max(0, max_budget - 2 * n_init)
+        return TrainingCost(2 * params.clone_epochs * n_init,
+                            width * ((params.gan_epochs + params.divgan_epochs) * pool + loop))
 
     def __init__(self, ctx: AttackContext) -> None:
         super().__init__(ctx)

@@ -56,10 +56,14 @@ CW_STEPS = 3 * 50
 #: A selection above either bound needs ``--budgets`` or ``--mebench-allow-large``.
 LARGE_MAX_BUDGET = 100_000
 LARGE_CPU_HOURS = 2.0
-#: Seconds per image of one width-32 DCGAN generator-and-discriminator step (DFMS) on a machine where a
-#: LeNet-5 step takes ``LENET5_REF_STEP_S``; scaled by this machine's measured LeNet-5 step.
-SECONDS_PER_GAN_EXAMPLE = 0.01
+#: A LeNet-5 SGD step of 128 images on the machine ``SECONDS_PER_GAN_EXAMPLE`` is stated for (seconds).
 LENET5_REF_STEP_S = 0.015
+#: Seconds per image of one width-32 DCGAN generator-and-discriminator step (DFMS) on a machine where a
+#: LeNet-5 step takes ``LENET5_REF_STEP_S``; scaled by this machine's measured LeNet-5 step. About 28
+#: LeNet-5 images of SGD at batch 128: fitted to ``dfms_fast``'s recorded attack time at 10k (AMD EPYC,
+#: 4,000-6,800 Track A steps' time) and at 100k (Intel Xeon, the idle seed 25,200), where the pool's
+#: 15,000 GAN images and the loop's one a query account for it; an attack-loop query counts as one.
+SECONDS_PER_GAN_EXAMPLE = 28 * LENET5_REF_STEP_S / 128
 #: Per-cell fixed work (loading data, building models), seconds.
 OVERHEAD_S = 2.0
 PHASES = ("prepare", "queries", "attack", "track_a", "track_b", "transfer", "transfer_reference",
