@@ -125,3 +125,27 @@ def test_a_set_holds_one_build_of_each_victim(tmp_path, capsys):
         _seed(rerun / f"g-random-surrogate-soft_prob-s{s}", s, cell=True, build="b")
     assert len(copy_records([rerun], dest).copied) == 3
     assert len(copy_records([other], dest).copied) == 3
+
+
+def test_seed_runs_named_one_by_one_keep_their_names_and_the_set_keeps_the_rest(tmp_path):
+    # a cell folder (or a run's seed folder) named on the command line is one seed-run: it lands under
+    # its own name beside the set's other folders, never in place of the whole set, and the cells
+    # named together count as one group
+    dest = tmp_path / "results" / "set"
+    old = tmp_path / "old"
+    for s in range(3):
+        _seed(old / f"g-random-surrogate-soft_prob-s{s}", s, cell=True)
+    assert len(copy_records([old], dest).copied) == 3
+    cells = tmp_path / "cells"
+    named = [_seed(cells / f"g-knockoff-surrogate-soft_prob-s{s}", s, cell=True) for s in range(3)]
+    done = copy_records(named, dest)
+    assert sorted(done.copied) == [f"g-knockoff-surrogate-soft_prob-s{s}" for s in range(3)] and not done.skipped
+    one = copy_records(named[:1], dest)  # one of the three alone is a group of one
+    assert not one.copied and "fewer than 3" in one.skipped[0]
+    runs = tmp_path / "runs"
+    seed = _seed(runs / "mnist_random" / "20260101T000000Z" / "seed_0", 0)
+    assert copy_records([seed], dest, min_seeds=1).copied == ["mnist_random/20260101T000000Z/seed_0"]
+    kept = sorted(str(p.relative_to(dest)) for p in dest.iterdir())
+    assert kept == [*(f"g-knockoff-surrogate-soft_prob-s{s}" for s in range(3)),
+                    *(f"g-random-surrogate-soft_prob-s{s}" for s in range(3)), "mnist_random"]
+    assert [r.ok for r in load_runs_folder(dest)] == [True] * 7

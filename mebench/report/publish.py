@@ -38,6 +38,15 @@ class Copied:
     skipped: list[str] = field(default_factory=list)
 
 
+def base_of(folder: Path, source: Path) -> Path:
+    """The folder ``folder``'s path in the set is taken relative to: the source, or, where the source
+    is one seed-run itself (a grid cell, or a run's ``seed_<s>``), the folder its layout starts at
+    (the cell's parent; the run's parent, three levels up), so it keeps its own name in the set."""
+    if folder.resolve() != source.resolve():
+        return source
+    return folder.parents[2] if SEED_DIR_RE.match(folder.name) else folder.parent
+
+
 def group_of(folder: Path, source: Path) -> str:
     """The condition a seed-run belongs to: ``<run>/<timestamp>`` for a run's seed folder, the cell id
     without its ``-s<seed>`` for a grid cell."""
@@ -112,25 +121,28 @@ def copy_records(sources: Iterable[Path], dest: Path, min_seeds: int = 3) -> Cop
         raise ValueError(f"min_seeds: {min_seeds} must be at least 1")
     done = Copied()
     plan: dict[str, tuple[Path, RunRecord]] = {}
+    # a group is counted over every source that shares a base: three cell folders named on the
+    # command line are one group of three seeds, as they are inside their cells folder
+    groups: dict[tuple[Path, str], dict[Path, tuple[Path, RunRecord]]] = defaultdict(dict)
     for source in map(Path, sources):
         if not source.is_dir():
             raise NoResultsError(f"{source}: no such folder")
         if dest.resolve() == source.resolve() or dest.resolve().is_relative_to(source.resolve()):
             raise NoResultsError(f"{dest}: the set cannot lie inside the source {source}")
-        groups: dict[str, list[RunRecord]] = defaultdict(list)
         for rec in load_runs_folder(source):
             folder = Path(rec.source)
             if not rec.ok:
                 done.skipped.append(f"{folder}: {rec.problem or rec.status}")
                 continue
-            groups[group_of(folder, source)].append(rec)
-        for group, recs in sorted(groups.items()):
-            if len(recs) < min_seeds:
-                done.skipped += [f"{r.source}: its group {group} has {len(recs)} finished "
-                                 f"{plural(len(recs), 'seed-run')}, fewer than {min_seeds}" for r in recs]
-                continue
-            for rec in recs:
-                plan[str(Path(rec.source).relative_to(source))] = (Path(rec.source), rec)
+            base = base_of(folder, source)
+            groups[(base.resolve(), group_of(folder, base))][folder.resolve()] = (base, rec)
+    for (_, group), members in sorted(groups.items()):
+        if len(members) < min_seeds:
+            done.skipped += [f"{r.source}: its group {group} has {len(members)} finished "
+                             f"{plural(len(members), 'seed-run')}, fewer than {min_seeds}" for _, r in members.values()]
+            continue
+        for base, rec in members.values():
+            plan[str(Path(rec.source).relative_to(base))] = (Path(rec.source), rec)
     _check_one_build(dest, {rel: rec for rel, (_, rec) in plan.items()})
     for rel, (folder, _) in plan.items():
         _copy_folder(folder, dest / rel)
