@@ -149,3 +149,13 @@ def test_seed_runs_named_one_by_one_keep_their_names_and_the_set_keeps_the_rest(
     assert kept == [*(f"g-knockoff-surrogate-soft_prob-s{s}" for s in range(3)),
                     *(f"g-random-surrogate-soft_prob-s{s}" for s in range(3)), "mnist_random"]
     assert [r.ok for r in load_runs_folder(dest)] == [True] * 7
+
+
+def test_a_relative_seed_folder_named_as_its_source_is_copied_whole(tmp_path, monkeypatch):
+    # 'seed_0' named from inside its timestamp folder: its layout starts three levels up all the same
+    ts = tmp_path / "runs" / "mnist_random" / "20260101T000000Z"
+    _seed(ts / "seed_0", 0)
+    monkeypatch.chdir(ts)
+    done = copy_records([Path("seed_0")], tmp_path / "set", min_seeds=1)
+    assert done.copied == ["mnist_random/20260101T000000Z/seed_0"]
+    assert (tmp_path / "set" / "mnist_random" / "20260101T000000Z" / "seed_0" / "summary.json").is_file()

@@ -44,6 +44,7 @@ def base_of(folder: Path, source: Path) -> Path:
     (the cell's parent; the run's parent, three levels up), so it keeps its own name in the set."""
     if folder.resolve() != source.resolve():
         return source
+    folder = folder.resolve()  # a relative seed folder may not name three levels above it
     return folder.parents[2] if SEED_DIR_RE.match(folder.name) else folder.parent
 
 
@@ -135,14 +136,14 @@ def copy_records(sources: Iterable[Path], dest: Path, min_seeds: int = 3) -> Cop
                 done.skipped.append(f"{folder}: {rec.problem or rec.status}")
                 continue
             base = base_of(folder, source)
-            groups[(base.resolve(), group_of(folder, base))][folder.resolve()] = (base, rec)
+            groups[(base.resolve(), group_of(folder.resolve(), base.resolve()))][folder.resolve()] = (base, rec)
     for (_, group), members in sorted(groups.items()):
         if len(members) < min_seeds:
             done.skipped += [f"{r.source}: its group {group} has {len(members)} finished "
                              f"{plural(len(members), 'seed-run')}, fewer than {min_seeds}" for _, r in members.values()]
             continue
         for base, rec in members.values():
-            plan[str(Path(rec.source).relative_to(base))] = (Path(rec.source), rec)
+            plan[str(Path(rec.source).resolve().relative_to(base.resolve()))] = (Path(rec.source), rec)
     _check_one_build(dest, {rel: rec for rel, (_, rec) in plan.items()})
     for rel, (folder, _) in plan.items():
         _copy_folder(folder, dest / rel)
