@@ -39,12 +39,13 @@ class Copied:
 
 
 def base_of(folder: Path, source: Path) -> Path:
-    """The folder ``folder``'s path in the set is taken relative to: the source, or, where the source
-    is one seed-run itself (a grid cell, or a run's ``seed_<s>``), the folder its layout starts at
-    (the cell's parent; the run's parent, three levels up), so it keeps its own name in the set."""
-    if folder.resolve() != source.resolve():
+    """The folder ``folder``'s path in the set is taken relative to (resolved): the source, or, where the
+    source is one seed-run itself (a grid cell, or a run's ``seed_<s>``), the folder its layout starts at
+    (the cell's parent; the run's parent, three levels up), so it keeps its own name in the set.
+    Resolved first: a relative seed folder may not name three levels above it."""
+    folder, source = folder.resolve(), source.resolve()
+    if folder != source:
         return source
-    folder = folder.resolve()  # a relative seed folder may not name three levels above it
     return folder.parents[2] if SEED_DIR_RE.match(folder.name) else folder.parent
 
 
@@ -124,26 +125,26 @@ def copy_records(sources: Iterable[Path], dest: Path, min_seeds: int = 3) -> Cop
     plan: dict[str, tuple[Path, RunRecord]] = {}
     # a group is counted over every source that shares a base: three cell folders named on the
     # command line are one group of three seeds, as they are inside their cells folder
-    groups: dict[tuple[Path, str], dict[Path, tuple[Path, RunRecord]]] = defaultdict(dict)
+    groups: dict[tuple[Path, str], dict[Path, RunRecord]] = defaultdict(dict)  # (base, group): {folder: record}
     for source in map(Path, sources):
         if not source.is_dir():
             raise NoResultsError(f"{source}: no such folder")
         if dest.resolve() == source.resolve() or dest.resolve().is_relative_to(source.resolve()):
             raise NoResultsError(f"{dest}: the set cannot lie inside the source {source}")
         for rec in load_runs_folder(source):
-            folder = Path(rec.source)
             if not rec.ok:
-                done.skipped.append(f"{folder}: {rec.problem or rec.status}")
+                done.skipped.append(f"{rec.source}: {rec.problem or rec.status}")
                 continue
+            folder = Path(rec.source).resolve()
             base = base_of(folder, source)
-            groups[(base.resolve(), group_of(folder.resolve(), base.resolve()))][folder.resolve()] = (base, rec)
-    for (_, group), members in sorted(groups.items()):
+            groups[(base, group_of(folder, base))][folder] = rec
+    for (base, group), members in sorted(groups.items()):
         if len(members) < min_seeds:
             done.skipped += [f"{r.source}: its group {group} has {len(members)} finished "
-                             f"{plural(len(members), 'seed-run')}, fewer than {min_seeds}" for _, r in members.values()]
+                             f"{plural(len(members), 'seed-run')}, fewer than {min_seeds}" for r in members.values()]
             continue
-        for base, rec in members.values():
-            plan[str(Path(rec.source).resolve().relative_to(base.resolve()))] = (Path(rec.source), rec)
+        for folder, rec in members.items():
+            plan[str(folder.relative_to(base))] = (folder, rec)
     _check_one_build(dest, {rel: rec for rel, (_, rec) in plan.items()})
     for rel, (folder, _) in plan.items():
         _copy_folder(folder, dest / rel)
